@@ -1,0 +1,44 @@
+# paragan_tf: `make train` trains the default experiment, `make test` runs the tests.
+# Both create (or reuse) the virtual environment .venv first.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+MODEL_DIR ?= runs/default
+GIN_FILE ?= gin/mnist_default.gin
+FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+PYTEST_ARGS ?=
+
+.PHONY: setup train test clean
+
+setup: $(STAMP) fashion-mnist
+
+# Reinstalls only when the pins change.
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+# Fashion-MNIST comes from Debian's dataset-fashion-mnist package (MIT licence).
+.PHONY: fashion-mnist
+fashion-mnist:
+	@if [ -f $(FASHION_MNIST) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian's dataset-fashion-mnist"; \
+	  (apt-get install -y -q dataset-fashion-mnist >/dev/null 2>&1 || \
+	   (apt-get update -q >/dev/null && apt-get install -y -q dataset-fashion-mnist >/dev/null)) \
+	  || echo "warning: could not install dataset-fashion-mnist; fashion_mnist runs will fail"; \
+	else \
+	  echo "note: fashion_mnist needs: sudo apt-get install dataset-fashion-mnist"; \
+	fi
+
+train: setup
+	$(PY) bin/train.py --gin_file=$(GIN_FILE) --model_dir=$(MODEL_DIR) $(TRAIN_ARGS)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
