@@ -1,0 +1,53 @@
+"""GAN losses, selected in gin by reference (`loss.fn = @hinge`).
+
+Every function returns per-example losses (shape [batch]); the step function
+reduces them with `tf.nn.compute_average_loss` over the *global* batch, which is
+what keeps gradients identical across replica counts. The math comes from
+tensorflow-gan through `tfgan_compat`, with reduction NONE.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Tuple
+
+import gin
+import tensorflow as tf
+
+from paragan_tf.tfgan_compat import losses_impl
+
+_NONE = tf.compat.v1.losses.Reduction.NONE
+LossFn = Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]
+
+
+@gin.configurable
+def hinge(real_logits: tf.Tensor, fake_logits: tf.Tensor, gen_logits: tf.Tensor):
+    """Hinge loss (Lim & Ye 2017; BigGAN's choice). Returns (D loss, G loss) per example."""
+    d = losses_impl.wasserstein_hinge_discriminator_loss(
+        real_logits, fake_logits, loss_collection=None, reduction=_NONE)
+    g = losses_impl.wasserstein_hinge_generator_loss(
+        gen_logits, loss_collection=None, reduction=_NONE)
+    return d, g
+
+
+@gin.configurable
+def non_saturating(real_logits: tf.Tensor, fake_logits: tf.Tensor, gen_logits: tf.Tensor):
+    """Non-saturating logistic loss (Goodfellow et al. 2014), no label smoothing."""
+    d = losses_impl.modified_discriminator_loss(
+        real_logits, fake_logits, label_smoothing=0.0, loss_collection=None, reduction=_NONE)
+    g = losses_impl.modified_generator_loss(gen_logits, loss_collection=None, reduction=_NONE)
+    return d, g
+
+
+@gin.configurable
+def wasserstein(real_logits: tf.Tensor, fake_logits: tf.Tensor, gen_logits: tf.Tensor):
+    """Wasserstein critic loss (Arjovsky et al. 2017); pair it with a gradient penalty."""
+    d = losses_impl.wasserstein_discriminator_loss(
+        real_logits, fake_logits, loss_collection=None, reduction=_NONE)
+    g = losses_impl.wasserstein_generator_loss(gen_logits, loss_collection=None, reduction=_NONE)
+    return d, g
+
+
+@gin.configurable
+def loss(fn: LossFn = hinge) -> LossFn:
+    """The loss pair chosen in gin: `loss.fn = @non_saturating`."""
+    return fn

@@ -1,0 +1,308 @@
+"""BigGAN building blocks: spectrally normalised layers, conditional BN, attention, res blocks.
+
+Numerics that must stay in float32 whatever the compute dtype (see layout.py):
+the spectral-norm power iteration, batch-norm statistics and the BN affine
+parameters. Layers therefore turn Keras autocasting off and cast by hand.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow as tf
+import tf_keras as keras
+
+_EPS = 1e-12
+
+
+def _l2_normalize(x: tf.Tensor) -> tf.Tensor:
+    return x * tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(x)), _EPS))
+
+
+class _SpectralNormalized(keras.layers.Layer):
+    """Base for layers whose kernel is divided by its largest singular value.
+
+    One power iteration per training call (Miyato et al. 2018); the estimate
+    `u` is a non-trainable variable, so the iteration warm-starts across steps
+    and is saved in checkpoints. Replicas see identical kernels, hence compute
+    identical `u`: ONLY_FIRST_REPLICA aggregation lets each replica assign it.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(autocast=False, **kwargs)
+
+    def _build_sn(self, num_out: int) -> None:
+        self.sn_u = self.add_weight(
+            name="sn_u", shape=(1, num_out), dtype=tf.float32,
+            initializer=keras.initializers.RandomNormal(), trainable=False,
+            synchronization=tf.VariableSynchronization.ON_WRITE,
+            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    def _normalized(self, kernel: tf.Variable, training: bool) -> tf.Tensor:
+        w = tf.reshape(tf.convert_to_tensor(kernel), [-1, kernel.shape[-1]])
+        u = tf.stop_gradient(tf.convert_to_tensor(self.sn_u))
+        v = tf.stop_gradient(_l2_normalize(tf.matmul(u, w, transpose_b=True)))
+        u_new = tf.stop_gradient(_l2_normalize(tf.matmul(v, w)))
+        if training:
+            self.sn_u.assign(u_new)
+        sigma = tf.squeeze(tf.matmul(tf.matmul(v, w), u_new, transpose_b=True))
+        return tf.cast(kernel / sigma, self.compute_dtype)
+
+
+class SNConv2D(_SpectralNormalized):
+    """2-D convolution (NHWC, stride 1, SAME padding) with a spectrally normalised kernel."""
+
+    def __init__(self, filters: int, kernel_size: int = 3, use_bias: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = filters
+        self.kernel_size = kernel_size
+        self.use_bias = use_bias
+
+    def build(self, input_shape):
+        in_ch = int(input_shape[-1])
+        self.kernel = self.add_weight(
+            name="kernel", shape=(self.kernel_size, self.kernel_size, in_ch, self.filters),
+            initializer=keras.initializers.Orthogonal(), dtype=tf.float32)
+        self.bias = (self.add_weight(name="bias", shape=(self.filters,), initializer="zeros",
+                                     dtype=tf.float32) if self.use_bias else None)
+        self._build_sn(self.filters)
+        super().build(input_shape)
+
+    def call(self, x, training=False):
+        x = tf.cast(x, self.compute_dtype)
+        y = tf.nn.conv2d(x, self._normalized(self.kernel, training), 1, "SAME")
+        if self.bias is not None:
+            y = y + tf.cast(self.bias, y.dtype)
+        return y
+
+
+class SNDense(_SpectralNormalized):
+    """Fully connected layer with a spectrally normalised kernel."""
+
+    def __init__(self, units: int, use_bias: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.units = units
+        self.use_bias = use_bias
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(
+            name="kernel", shape=(int(input_shape[-1]), self.units),
+            initializer=keras.initializers.Orthogonal(), dtype=tf.float32)
+        self.bias = (self.add_weight(name="bias", shape=(self.units,), initializer="zeros",
+                                     dtype=tf.float32) if self.use_bias else None)
+        self._build_sn(self.units)
+        super().build(input_shape)
+
+    def call(self, x, training=False):
+        x = tf.cast(x, self.compute_dtype)
+        y = tf.matmul(x, self._normalized(self.kernel, training))
+        if self.bias is not None:
+            y = y + tf.cast(self.bias, y.dtype)
+        return y
+
+
+class SNEmbedding(_SpectralNormalized):
+    """Class embedding table with spectral normalisation (the projection D's class term)."""
+
+    def __init__(self, num_classes: int, dim: int, **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = num_classes
+        self.dim = dim
+
+    def build(self, input_shape):
+        self.embeddings = self.add_weight(
+            name="embeddings", shape=(self.num_classes, self.dim),
+            initializer=keras.initializers.Orthogonal(), dtype=tf.float32)
+        self._build_sn(self.dim)
+        super().build(input_shape)
+
+    def call(self, labels, training=False):
+        return tf.gather(self._normalized(self.embeddings, training), labels)
+
+
+class ConditionalBatchNorm(keras.layers.Layer):
+    """Batch norm whose gain and bias come from the conditioning (BigGAN's ccbn).
+
+    conditioning:
+      "none": ordinary BN with a learnable gain and bias (G's output BN);
+      "class": gain and bias are per-class embeddings (num_classes x C each),
+        as the reference CIFAR BigGAN;
+      "vector": gain and bias are bias-free SN linear maps of a conditioning
+        vector (shared class embedding concatenated with a z chunk).
+    The gain is parameterised as 1 + delta so a fresh layer is the identity.
+
+    Statistics are float32. With `sync=True` mean and variance are computed
+    over the global batch (sum and sum of squares all-reduced across replicas),
+    which makes N replicas with batch B behave exactly like one with N*B.
+    """
+
+    def __init__(self, conditioning: str = "none", num_classes: int = 0, sync: bool = False,
+                 momentum: float = 0.9, epsilon: float = 1e-4, **kwargs):
+        super().__init__(autocast=False, **kwargs)
+        if conditioning not in ("none", "class", "vector"):
+            raise ValueError(f"conditioning must be none, class or vector, got {conditioning!r}")
+        self.conditioning = conditioning
+        self.num_classes = num_classes
+        self.sync = sync
+        self.momentum = momentum
+        self.epsilon = epsilon
+
+    def build(self, input_shape):
+        channels = int(input_shape[-1])
+        if self.conditioning == "none":
+            self.gain = self.add_weight(name="gain", shape=(channels,), initializer="ones")
+            self.bias = self.add_weight(name="bias", shape=(channels,), initializer="zeros")
+        elif self.conditioning == "class":
+            self.gain_embed = self.add_weight(name="gain_embeddings",
+                                              shape=(self.num_classes, channels),
+                                              initializer="zeros")
+            self.bias_embed = self.add_weight(name="bias_embeddings",
+                                              shape=(self.num_classes, channels),
+                                              initializer="zeros")
+        else:
+            self.gain_linear = SNDense(channels, use_bias=False, name="gain")
+            self.bias_linear = SNDense(channels, use_bias=False, name="bias")
+        # ON_READ like Keras BN: each replica updates its own copy, reads average.
+        stat = dict(shape=(channels,), trainable=False, dtype=tf.float32,
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.MEAN)
+        self.moving_mean = self.add_weight(name="moving_mean", initializer="zeros", **stat)
+        self.moving_variance = self.add_weight(name="moving_variance", initializer="ones", **stat)
+        super().build(input_shape)
+
+    def _batch_moments(self, x):
+        axes = [0, 1, 2]
+        ctx = tf.distribute.get_replica_context()
+        if self.sync and ctx is not None and ctx.num_replicas_in_sync > 1:
+            count = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
+            s, ss, n = ctx.all_reduce(
+                tf.distribute.ReduceOp.SUM,
+                [tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), count])
+            mean = s / n
+            return mean, tf.maximum(ss / n - tf.square(mean), 0.0)
+        return tf.nn.moments(x, axes)
+
+    def _affine(self, condition, training):
+        if self.conditioning == "none":
+            return self.gain[None, :], self.bias[None, :]
+        if self.conditioning == "class":
+            labels = tf.cast(condition, tf.int32)
+            return 1.0 + tf.gather(self.gain_embed, labels), tf.gather(self.bias_embed, labels)
+        condition = tf.cast(condition, tf.float32)
+        return (1.0 + tf.cast(self.gain_linear(condition, training=training), tf.float32),
+                tf.cast(self.bias_linear(condition, training=training), tf.float32))
+
+    def call(self, x, condition=None, training=False):
+        out_dtype = self.compute_dtype
+        x = tf.cast(x, tf.float32)
+        if training:
+            mean, var = self._batch_moments(x)
+            m = self.momentum
+            self.moving_mean.assign(m * self.moving_mean + (1.0 - m) * mean)
+            self.moving_variance.assign(m * self.moving_variance + (1.0 - m) * var)
+        else:
+            mean, var = self.moving_mean, self.moving_variance
+        gain, bias = self._affine(condition, training)
+        y = (x - mean) * tf.math.rsqrt(var + self.epsilon)
+        y = y * gain[:, None, None, :] + bias[:, None, None, :]
+        return tf.cast(y, out_dtype)
+
+
+class SelfAttention(keras.layers.Layer):
+    """SAGAN self-attention with SN 1x1 convs and 2x2 max-pooled keys/values."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+
+    def build(self, input_shape):
+        c = int(input_shape[-1])
+        if c < 8:
+            raise ValueError(f"self-attention needs at least 8 channels, got {c}")
+        self.theta = SNConv2D(c // 8, 1, use_bias=False, name="theta")
+        self.phi = SNConv2D(c // 8, 1, use_bias=False, name="phi")
+        self.g = SNConv2D(c // 2, 1, use_bias=False, name="g")
+        self.o = SNConv2D(c, 1, use_bias=False, name="o")
+        self.gamma = self.add_weight(name="gamma", shape=(), initializer="zeros")
+        super().build(input_shape)
+
+    def call(self, x, training=False):
+        shape = tf.shape(x)
+        b, h, w, c = shape[0], shape[1], shape[2], x.shape[-1]
+        theta = tf.reshape(self.theta(x, training=training), [b, h * w, c // 8])
+        phi = tf.nn.max_pool2d(self.phi(x, training=training), 2, 2, "VALID")
+        phi = tf.reshape(phi, [b, -1, c // 8])
+        g = tf.nn.max_pool2d(self.g(x, training=training), 2, 2, "VALID")
+        g = tf.reshape(g, [b, -1, c // 2])
+        # Softmax in float32: bf16 logits over h*w keys lose too much precision.
+        beta = tf.nn.softmax(tf.cast(tf.matmul(theta, phi, transpose_b=True), tf.float32))
+        attended = tf.reshape(tf.matmul(tf.cast(beta, g.dtype), g), [b, h, w, c // 2])
+        return x + tf.cast(self.gamma, x.dtype) * self.o(attended, training=training)
+
+
+def _upsample(x):
+    return tf.repeat(tf.repeat(x, 2, axis=1), 2, axis=2)  # nearest neighbour, x2
+
+
+def _downsample(x):
+    return tf.nn.avg_pool2d(x, 2, 2, "VALID")
+
+
+class GBlock(keras.layers.Layer):
+    """Generator residual block: BN-ReLU-up-conv3x3-BN-ReLU-conv3x3, plus an up-1x1 shortcut."""
+
+    def __init__(self, in_channels: int, out_channels: int, upsample: bool = True,
+                 conditioning: str = "class", num_classes: int = 0, sync_bn: bool = False,
+                 bn_momentum: float = 0.9, **kwargs):
+        super().__init__(**kwargs)
+        self.upsample = upsample
+        bn = dict(conditioning=conditioning, num_classes=num_classes, sync=sync_bn,
+                  momentum=bn_momentum)
+        self.bn1 = ConditionalBatchNorm(name="bn1", **bn)
+        self.conv1 = SNConv2D(out_channels, 3, name="conv1")
+        self.bn2 = ConditionalBatchNorm(name="bn2", **bn)
+        self.conv2 = SNConv2D(out_channels, 3, name="conv2")
+        # A learnable shortcut only where the block changes shape (reference counts).
+        self.shortcut = (SNConv2D(out_channels, 1, name="shortcut")
+                         if in_channels != out_channels or upsample else None)
+
+    def call(self, x, condition, training=False):
+        h = tf.nn.relu(self.bn1(x, condition, training=training))
+        if self.upsample:
+            h, x = _upsample(h), _upsample(x)
+        h = self.conv1(h, training=training)
+        h = tf.nn.relu(self.bn2(h, condition, training=training))
+        h = self.conv2(h, training=training)
+        if self.shortcut is not None:
+            x = self.shortcut(x, training=training)
+        return h + tf.cast(x, h.dtype)
+
+
+class DBlock(keras.layers.Layer):
+    """Discriminator residual block: (ReLU)-conv3x3-ReLU-conv3x3-(avgpool), plus a shortcut."""
+
+    def __init__(self, in_channels: int, out_channels: int, downsample: bool = True,
+                 preactivation: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.downsample = downsample
+        self.preactivation = preactivation
+        self.conv1 = SNConv2D(out_channels, 3, name="conv1")
+        self.conv2 = SNConv2D(out_channels, 3, name="conv2")
+        self.shortcut = (SNConv2D(out_channels, 1, name="shortcut")
+                         if in_channels != out_channels or downsample else None)
+
+    def call(self, x, training=False):
+        h = tf.nn.relu(x) if self.preactivation else x
+        h = self.conv1(h, training=training)
+        h = self.conv2(tf.nn.relu(h), training=training)
+        if self.downsample:
+            h = _downsample(h)
+        # A 1x1 conv and 2x2 average pooling commute exactly; pooling first is cheaper.
+        sc = _downsample(x) if self.downsample else x
+        if self.shortcut is not None:
+            sc = self.shortcut(sc, training=training)
+        return h + tf.cast(sc, h.dtype)
+
+
+def maybe_attention(resolution: int, attention_resolutions, name: str) -> Optional[SelfAttention]:
+    """A SelfAttention layer when `resolution` is one of the configured ones."""
+    return SelfAttention(name=name) if resolution in tuple(attention_resolutions) else None

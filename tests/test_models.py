@@ -1,0 +1,112 @@
+"""Golden shapes and parameter counts of the BigGAN networks; layer behaviour."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import mirrored_2
+from paragan_tf.errors import ConfigError
+from paragan_tf.models import biggan
+from paragan_tf.models import layers
+
+# resolution -> (G params, D params) at G ch=4, D ch=8, 5 classes, 3 channels, shared
+# embedding 8, hierarchical z (4 per chunk), attention at 64 (32: the plain reference form).
+GOLDEN = {
+    32: (20515, 67009),
+    64: (129740, 306969),
+    128: (130388, 602218),
+    256: (151716, 680474),
+    512: (152224, 681714),
+}
+
+
+def _tiny(resolution: int):
+    if resolution == 32:
+        g_kw, d_kw = dict(dim_z=16), {}
+    else:
+        slots = len(biggan.G_ARCH[resolution][0]) + 1
+        g_kw = dict(dim_z=4 * slots, shared_dim=8, hierarchical_z=True, attention_resolutions=(64,))
+        d_kw = dict(attention_resolutions=(64,))
+    g = biggan.Generator(resolution=resolution, num_classes=5, out_channels=3, ch=4, **g_kw)
+    d = biggan.Discriminator(resolution=resolution, num_classes=5, ch=8, **d_kw)
+    biggan.build(g, d, 3)
+    return g, d
+
+
+@pytest.mark.parametrize("resolution", sorted(GOLDEN))
+def test_shapes_and_parameter_counts(resolution):
+    g, d = _tiny(resolution)
+    z = tf.random.normal([3, g.dim_z])
+    labels = tf.constant([0, 2, 4])
+    images = g((z, labels), training=True)
+    assert images.shape == (3, resolution, resolution, 3)
+    assert images.dtype == tf.float32
+    assert float(tf.reduce_max(tf.abs(images))) <= 1.0
+    logits = d((images, labels), training=True)
+    assert logits.shape == (3,) and logits.dtype == tf.float32
+    assert (biggan.count_trainable(g), biggan.count_trainable(d)) == GOLDEN[resolution]
+
+
+def test_reference_cifar10_parameter_counts():
+    g = biggan.Generator(resolution=32, num_classes=10, out_channels=3, ch=64, dim_z=128)
+    d = biggan.Discriminator(resolution=32, num_classes=10, ch=64)
+    biggan.build(g, d, 3)
+    assert biggan.count_trainable(g) == 4_304_387
+    assert biggan.count_trainable(d) == 4_207_361
+
+
+def test_unsupported_resolution_and_bad_hierarchy_are_config_errors():
+    with pytest.raises(ConfigError, match="Generator.resolution=48"):
+        biggan.Generator(resolution=48, num_classes=10)
+    with pytest.raises(ConfigError, match="dim_z"):
+        biggan.Generator(resolution=64, num_classes=10, dim_z=17, shared_dim=8,
+                         hierarchical_z=True)
+
+
+def test_spectral_norm_power_iteration_converges_and_only_trains_u():
+    layer = layers.SNDense(7)
+    x = tf.random.normal([4, 5])
+    layer(x, training=False)
+    u0 = layer.sn_u.numpy().copy()
+    layer(x, training=False)
+    np.testing.assert_array_equal(layer.sn_u.numpy(), u0)  # inference leaves u alone
+    for _ in range(50):
+        layer(x, training=True)
+    assert not np.allclose(layer.sn_u.numpy(), u0)
+    w = layer._normalized(layer.kernel, training=False).numpy()
+    assert np.linalg.svd(w, compute_uv=False)[0] == pytest.approx(1.0, abs=1e-3)
+    assert [v.name for v in layer.trainable_variables] == [layer.kernel.name, layer.bias.name]
+
+
+def test_class_conditional_bn_uses_each_class_gain():
+    bn = layers.ConditionalBatchNorm("class", num_classes=3)
+    x = tf.random.normal([6, 2, 2, 4])
+    labels = tf.constant([0, 1, 2, 0, 1, 2])
+    bn(x, labels, training=True)
+    bn.gain_embed.assign(tf.constant([[0.0] * 4, [1.0] * 4, [2.0] * 4]))
+    y = bn(x, labels, training=True).numpy()
+    normed = bn.__class__("none")(x, training=True).numpy()  # gain 1, bias 0
+    for i, c in enumerate(labels.numpy()):
+        np.testing.assert_allclose(y[i], (1.0 + c) * normed[i], rtol=1e-4, atol=1e-5)
+
+
+def test_sync_bn_over_two_replicas_equals_global_batch_statistics():
+    x = tf.random.normal([8, 3, 3, 4]) * 3.0 + 1.0
+    one = layers.ConditionalBatchNorm("none")
+    expected = one(x, training=True).numpy()
+    strategy = mirrored_2()
+    with strategy.scope():
+        synced = layers.ConditionalBatchNorm("none", sync=True)
+        synced.build(x.shape)
+        local = layers.ConditionalBatchNorm("none", sync=False)
+        local.build(x.shape)
+    halves = strategy.experimental_distribute_values_from_function(
+        lambda ctx: x[4 * ctx.replica_id_in_sync_group:4 * (ctx.replica_id_in_sync_group + 1)])
+    got = np.concatenate(strategy.experimental_local_results(
+        strategy.run(lambda h: synced(h, training=True), args=(halves,))))
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    unsynced = np.concatenate(strategy.experimental_local_results(
+        strategy.run(lambda h: local(h, training=True), args=(halves,))))
+    assert not np.allclose(unsynced, expected, atol=1e-3)  # the test can tell them apart
