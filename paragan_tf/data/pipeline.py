@@ -1,0 +1,141 @@
+"""The tf.data input pipelines: real images and generator noise, per input context.
+
+Both are built by functions of a `tf.distribute.InputContext`, for
+`strategy.distribute_datasets_from_function`: each input pipeline (one per
+worker) reads its own shard and batches at the per-replica batch size.
+
+Noise comes from the pipeline too, as a pure function of (seed, pipeline id,
+example index). That makes a step's noise independent of the replica count
+(N replicas of B examples see exactly the examples one device sees in a batch
+of N*B, which is what the multi-replica equivalence test checks) and lets the
+noise position be checkpointed with the iterator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional
+
+import gin
+import tensorflow as tf
+
+from paragan_tf.data import datasets
+from paragan_tf.errors import ConfigError
+
+InputFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetConfig:
+    name: str
+    data_dir: Optional[str]
+    split: str
+    resolution: int
+    fit: str
+    random_flip: bool
+    shuffle_buffer: int
+    download: bool
+
+
+@gin.configurable("dataset")
+def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split: str = "train",
+                   resolution: int = 32, fit: str = "auto", random_flip: bool = False,
+                   shuffle_buffer: int = 10_000, download: bool = False) -> DatasetConfig:
+    """The dataset settings, from gin.
+
+    Args:
+      name: a registry name (see `datasets.names()`), e.g. mnist5k, tfds:cifar10.
+      data_dir: where the data lives (TFDS data_dir, image folder root, ...).
+      split: which split to train on.
+      resolution: image height and width fed to the models; the models take
+        their resolution from here.
+      fit: how images reach `resolution`: "pad" (centre, pad with black),
+        "resize" (centre-crop to square, then area-resize), or "auto" (pad
+        when smaller, resize otherwise).
+      random_flip: random horizontal flips.
+      shuffle_buffer: examples in the shuffle buffer.
+      download: allow TFDS to download (never possible on air-gapped machines).
+    """
+    if fit not in ("auto", "pad", "resize"):
+        raise ConfigError(f"dataset.fit={fit!r} must be auto, pad or resize")
+    if resolution <= 0:
+        raise ConfigError(f"dataset.resolution={resolution} must be positive")
+    return DatasetConfig(name, data_dir, split, resolution, fit, random_flip, shuffle_buffer,
+                         download)
+
+
+def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
+    """The registry source for `config`; fails fast (ConfigError) on unknown or missing data.
+
+    With check=False only the spec is needed (dry runs): absent data is not an error.
+    """
+    source = datasets.get_source(config.name, data_dir=config.data_dir,
+                                 download=config.download)
+    if check:
+        source.check()
+    return source
+
+
+def _fit(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
+    """uint8 [h, w, c] of any size -> float32 [resolution, resolution, c] in [-1, 1]."""
+    image = tf.cast(image, tf.float32)
+    shape = tf.shape(image)
+    h, w = shape[0], shape[1]
+    fits = tf.logical_and(h <= resolution, w <= resolution)
+    def pad():
+        top, left = (resolution - h) // 2, (resolution - w) // 2
+        return tf.pad(image, [[top, resolution - h - top], [left, resolution - w - left], [0, 0]])
+    def resize():
+        side = tf.minimum(h, w)
+        crop = tf.image.crop_to_bounding_box(image, (h - side) // 2, (w - side) // 2, side, side)
+        return tf.image.resize(crop, [resolution, resolution], method="area")
+    if fit == "pad":
+        out = tf.cond(fits, pad, lambda: tf.image.resize_with_crop_or_pad(image, resolution,
+                                                                          resolution))
+    elif fit == "resize":
+        out = resize()
+    else:
+        out = tf.cond(fits, pad, resize)
+    out = tf.ensure_shape(out, [resolution, resolution, image.shape[-1]])
+    return out / 127.5 - 1.0
+
+
+def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_size: int,
+                  seed: int) -> InputFn:
+    """Per-input-pipeline dataset of (images float32 [b, r, r, c] in [-1, 1], labels int32 [b])."""
+    def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        batch = ctx.get_per_replica_batch_size(global_batch_size)
+        ds = source.make(config.split)
+        if ctx.num_input_pipelines > 1:
+            ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        ds = ds.map(lambda image, label: (_fit(image, config.resolution, config.fit), label),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        if source.in_memory:  # resize/pad once, not every epoch
+            ds = ds.cache()
+        ds = ds.shuffle(config.shuffle_buffer, seed=seed + ctx.input_pipeline_id,
+                        reshuffle_each_iteration=True).repeat()
+        if config.random_flip:
+            ds = ds.map(lambda image, label: (tf.image.random_flip_left_right(image), label),
+                        num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return input_fn
+
+
+def noise_input_fn(dim_z: int, num_classes: int, global_batch_size: int, seed: int) -> InputFn:
+    """Per-input-pipeline dataset of (z float32 [b, dim_z], labels int32 [b]) for G samples.
+
+    Labels are uniform over classes, as BigGAN samples them.
+    """
+    def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
+        batch = ctx.get_per_replica_batch_size(global_batch_size)
+        key = tf.constant([seed, 7919 * ctx.input_pipeline_id + 1], tf.int64)
+
+        def example(i):
+            z = tf.random.stateless_normal([dim_z], tf.stack([key[0] + i, key[1]]))
+            label = tf.random.stateless_uniform([], tf.stack([key[1], key[0] + i]), 0,
+                                                num_classes, tf.int32)
+            return z, label
+        ds = tf.data.Dataset.counter().map(example, num_parallel_calls=tf.data.AUTOTUNE,
+                                           deterministic=True)
+        return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return input_fn

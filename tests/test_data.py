@@ -1,0 +1,147 @@
+"""The dataset registry and the per-input-context pipelines, on real shipped data."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from paragan_tf.data import datasets
+from paragan_tf.data import pipeline
+from paragan_tf.errors import ConfigError
+
+
+def _config(**kw):
+    base = dict(name="mnist5k", data_dir=None, split="train", resolution=32, fit="auto",
+                random_flip=False, shuffle_buffer=100, download=False)
+    base.update(kw)
+    return pipeline.DatasetConfig(**base)
+
+
+def _first(input_fn, pipelines=1, pipeline_id=0, replicas=1):
+    ctx = tf.distribute.InputContext(pipelines, pipeline_id, replicas)
+    return next(iter(input_fn(ctx)))
+
+
+def test_mnist5k_is_real_digits_padded_to_32_in_minus_one_one():
+    source = datasets.get_source("mnist5k")
+    assert (source.num_classes, source.channels, source.num_examples) == (10, 1, 5000)
+    images, labels = _first(pipeline.real_input_fn(source, _config(), 16, seed=0))
+    assert images.shape == (16, 32, 32, 1) and labels.shape == (16,)
+    assert images.dtype == tf.float32 and labels.dtype == tf.int32
+    x = images.numpy()
+    assert x.min() == -1.0 and x.max() == 1.0
+    assert np.all(x[:, :2] == -1.0) and np.all(x[:, :, -2:] == -1.0)  # the 2-pixel pad border
+    assert set(labels.numpy()) <= set(range(10))
+    all_labels = np.concatenate([y for _, y in source.make("train").batch(5000)])
+    assert np.bincount(all_labels).tolist() == [500] * 10
+
+
+def test_fashion_mnist_reads_the_debian_package_files():
+    source = datasets.get_source("fashion_mnist")
+    source.check()  # `make setup` installs dataset-fashion-mnist
+    images, labels = next(iter(source.make("test").batch(10000)))
+    assert images.shape == (10000, 28, 28, 1) and images.dtype == tf.uint8
+    assert np.bincount(labels.numpy()).tolist() == [1000] * 10
+    assert source.make("train").cardinality() == 60000
+
+
+def test_fashion_mnist_missing_files_name_the_apt_command(tmp_path):
+    source = datasets.get_source("fashion_mnist", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="apt-get install dataset-fashion-mnist"):
+        source.check()
+
+
+def test_unknown_dataset_lists_the_choices():
+    with pytest.raises(ConfigError, match=r"dataset.name='cifar11' is unknown.*mnist5k"):
+        datasets.get_source("cifar11")
+
+
+def test_image_folder_reads_class_subfolders_and_resizes(tmp_path):
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog"):
+        os.makedirs(tmp_path / cls)
+        for i in range(3):
+            image = rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)
+            tf.io.write_file(str(tmp_path / cls / f"{i}.png"), tf.io.encode_png(image))
+    (tmp_path / "dog" / "notes.txt").write_text("not an image")
+    source = datasets.get_source("image_folder", data_dir=str(tmp_path))
+    assert (source.name, source.num_classes, source.num_examples) == ("image_folder", 2, 6)
+    images, labels = _first(pipeline.real_input_fn(
+        source, _config(name="image_folder", data_dir=str(tmp_path)), 6, seed=0))
+    assert images.shape == (6, 32, 32, 3)
+    assert sorted(labels.numpy().tolist()) == [0, 0, 0, 1, 1, 1]
+
+
+def test_image_folder_missing_or_empty_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="dataset.data_dir"):
+        datasets.get_source("image_folder", data_dir=str(tmp_path / "nope"))
+    with pytest.raises(ConfigError, match="holds no images"):
+        datasets.get_source("image_folder", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="needs dataset.data_dir"):
+        datasets.get_source("image_folder")
+
+
+class TinyDigits(tfds.core.GeneratorBasedBuilder):
+    """A 12-example TFDS dataset built offline in the test."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self):
+        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(20, 20, 3)),
+            "label": tfds.features.ClassLabel(num_classes=4)}))
+
+    def _split_generators(self, dl_manager):
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i in range(12):
+            yield i, {"image": np.full((20, 20, 3), 10 * i, np.uint8), "label": i % 4}
+
+
+def test_tfds_dataset_from_a_prepared_data_dir(tmp_path):
+    with pytest.raises(ConfigError, match=r"not prepared in dataset.data_dir.*tfds build"):
+        datasets.get_source("tfds:tiny_digits", data_dir=str(tmp_path)).check()
+    TinyDigits(data_dir=str(tmp_path)).download_and_prepare()
+    source = datasets.get_source("tfds:tiny_digits", data_dir=str(tmp_path))
+    source.check()
+    assert (source.num_classes, source.channels) == (4, 3)
+    images, labels = _first(pipeline.real_input_fn(
+        source, _config(name="tfds:tiny_digits", data_dir=str(tmp_path)), 12, seed=0))
+    assert images.shape == (12, 32, 32, 3)
+    assert sorted(labels.numpy().tolist()) == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    with pytest.raises(ConfigError, match="is not a TFDS dataset"):
+        datasets.get_source("tfds:no_such_dataset_xyz", data_dir=str(tmp_path))
+
+
+def test_input_pipelines_read_disjoint_shards_at_per_replica_batch():
+    source = datasets.get_source("mnist5k")
+    fn = pipeline.real_input_fn(source, _config(shuffle_buffer=1), 8, seed=0)
+    # 2 pipelines x 2 replicas: per-replica batch 2; pipeline p reads examples i % 2 == p.
+    a = _first(fn, pipelines=2, pipeline_id=0, replicas=4)[0].numpy()
+    b = _first(fn, pipelines=2, pipeline_id=1, replicas=4)[0].numpy()
+    assert a.shape == (2, 32, 32, 1)
+    everything = next(iter(source.make("train").batch(4)))[0].numpy()
+    np.testing.assert_allclose(a[0, 2:30, 2:30, 0], everything[0, ..., 0] / 127.5 - 1.0, atol=1e-6)
+    np.testing.assert_allclose(b[0, 2:30, 2:30, 0], everything[1, ..., 0] / 127.5 - 1.0, atol=1e-6)
+
+
+def test_noise_is_a_function_of_example_index_not_of_the_batch_split():
+    fn = pipeline.noise_input_fn(dim_z=8, num_classes=10, global_batch_size=6, seed=3)
+    whole_z, whole_y = _first(fn)
+    split = iter(fn(tf.distribute.InputContext(1, 0, 2)))  # two replicas of 3
+    parts = [next(split) for _ in range(2)]
+    np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), whole_z)
+    np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), whole_y)
+    assert abs(float(tf.reduce_mean(whole_z))) < 1.0 and whole_y.dtype == tf.int32
+
+
+def test_bad_dataset_options_are_config_errors():
+    with pytest.raises(ConfigError, match="dataset.fit"):
+        pipeline.dataset_config(fit="stretch")
+    with pytest.raises(ConfigError, match="dataset.split='test'"):
+        datasets.get_source("mnist5k").make("test")
