@@ -1,0 +1,52 @@
+"""Trains a BigGAN under the strategy the gin config selects.
+
+    python bin/train.py --model_dir=runs/x --gin_file=gin/mnist_default.gin \
+        --gin_bindings=train.total_steps=1000
+    python bin/train.py --gin_file=gin/biggan_cifar10.gin --dry_run
+
+Resumes from the newest checkpoint in --model_dir. On SIGTERM/SIGINT it saves
+a checkpoint and exits with 128 + the signal number.
+"""
+
+from __future__ import annotations
+
+import json
+
+from absl import app
+from absl import flags
+from absl import logging
+
+import common
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
+
+FLAGS = flags.FLAGS
+common.define_gin_flags()
+flags.DEFINE_bool("dry_run", False, "Build everything, print one JSON line of facts, exit.")
+
+
+def _main() -> int:
+    common.parse_gin()
+    if not FLAGS.dry_run and not FLAGS.model_dir:
+        common.fail("--model_dir is required (where checkpoints and summaries go)")
+    exp = experiment.build(check_data=not FLAGS.dry_run)
+    if FLAGS.dry_run:
+        print(json.dumps(experiment.summary(exp)), flush=True)
+        return 0
+    try:
+        result = loop.train(exp, FLAGS.model_dir)
+    except loop.Interrupted as e:
+        logging.warning("%s", e)
+        return 128 + e.signum
+    logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
+    return 0
+
+
+def main(argv):
+    if len(argv) > 1:
+        common.fail(f"unexpected arguments {argv[1:]}; use --gin_bindings for settings")
+    return common.run_guarded(_main)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,63 @@
+"""Sampling from a generator: class-row grids, with the truncation trick."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tf_keras as keras
+
+from paragan_tf import images as images_lib
+from paragan_tf.models import layers
+
+
+def latents(num: int, dim_z: int, seed: int, truncation: Optional[float] = None) -> tf.Tensor:
+    """Deterministic z ~ N(0, I), optionally truncated to [-t, t] (BigGAN's truncation trick).
+
+    Truncation resamples out-of-range values (a truncated normal), trading
+    variety for fidelity as the threshold shrinks.
+    """
+    seed = tf.constant([seed, 0], tf.int64)
+    if truncation is None or truncation <= 0:
+        return tf.random.stateless_normal([num, dim_z], seed)
+    return tf.random.stateless_parameterized_truncated_normal(
+        [num, dim_z], seed, means=0.0, stddevs=1.0, minvals=-truncation, maxvals=truncation)
+
+
+def refresh_bn_statistics(generator: keras.Model, num_classes: int, num_batches: int = 8,
+                          batch_size: int = 64, seed: int = 1) -> None:
+    """Replaces G's BN moving statistics by "standing statistics" (BigGAN, section 4).
+
+    The moving averages a generator carries were measured on other weights
+    (earlier steps, or, for the EMA generator, the raw G). Running the
+    generator in training mode on fresh samples and averaging the batch
+    statistics with equal weights (momentum (i-1)/i at batch i) gives
+    statistics that match its current weights. Eager only: the momentum is a
+    Python attribute read at call time.
+    """
+    norms = [m for m in generator.submodules if isinstance(m, layers.ConditionalBatchNorm)]
+    saved = [bn.momentum for bn in norms]
+    try:
+        for i in range(num_batches):
+            for bn in norms:
+                bn.momentum = i / (i + 1.0)  # batch i gets weight 1/(i+1): an equal average
+            z = latents(batch_size, generator.dim_z, seed + i)
+            labels = tf.random.stateless_uniform([batch_size], [seed, i], 0, num_classes, tf.int32)
+            generator((z, labels), training=True)
+    finally:
+        for bn, momentum in zip(norms, saved):
+            bn.momentum = momentum
+
+
+def class_grid(generator: keras.Model, classes: Sequence[int], per_class: int, seed: int = 0,
+               truncation: Optional[float] = None) -> np.ndarray:
+    """uint8 grid, one row per class in `classes`, `per_class` samples each (inference mode).
+
+    The same z column is used for every row, so a column shows one latent across classes.
+    """
+    z = latents(per_class, generator.dim_z, seed, truncation)
+    z = tf.tile(z, [len(classes), 1])
+    labels = tf.repeat(tf.constant(list(classes), tf.int32), per_class)
+    fakes = generator((z, labels), training=False)
+    return images_lib.grid(fakes.numpy(), rows=len(classes))

@@ -1,0 +1,53 @@
+"""The one checkpoint of a run: G, D, EMA G, both optimizers and the step counter.
+
+Files are `model_dir/ckpt-<global step>`; a run resumes from the newest one.
+Restores are strict: every object of the current run must be matched by the
+checkpoint, so a checkpoint of another architecture fails loudly instead of
+half-loading.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import tensorflow as tf
+
+from paragan_tf.errors import ConfigError
+
+
+class Checkpointer:
+    """Saves and restores the training state; only the chief writes to model_dir."""
+
+    def __init__(self, model_dir: str, max_to_keep: int, is_chief: bool = True,
+                 worker_id: int = 0, **trackables):
+        self.checkpoint = tf.train.Checkpoint(**trackables)
+        # Non-chief workers of a multi-worker run must save too (saving is a
+        # collective op), but into a private scratch folder nobody restores from.
+        directory = model_dir if is_chief else os.path.join(model_dir, ".workers", str(worker_id))
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
+        self.is_chief = is_chief
+
+    @property
+    def latest(self) -> Optional[str]:
+        return self.manager.latest_checkpoint
+
+    def restore_latest(self) -> Optional[str]:
+        """Restores the newest checkpoint, if any; returns its path."""
+        path = self.latest
+        if path is None:
+            return None
+        try:
+            self.checkpoint.restore(path).assert_consumed()
+        except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
+            raise ConfigError(
+                f"checkpoint {path} does not match this run's models (another architecture or "
+                f"dataset?): {str(e).splitlines()[0][:300]}; use a fresh --model_dir") from None
+        return path
+
+    def save(self, step: int) -> str:
+        path = self.manager.save(checkpoint_number=step)
+        if not self.is_chief:
+            tf.io.gfile.rmtree(os.path.dirname(path))
+        return path

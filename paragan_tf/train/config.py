@@ -1,0 +1,82 @@
+"""Trainer options (`train.*` in gin) and their start-up checks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gin
+
+from paragan_tf.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Options of the synchronous trainer. See `train_config` for their meaning."""
+
+    total_steps: int
+    batch_size: int
+    d_steps: int
+    steps_per_loop: int
+    accumulation: int
+    clip_norm: float
+    ortho_reg: float
+    ema_decay: float
+    ema_start_step: int
+    log_every: int
+    checkpoint_every: int
+    sample_every: int
+    max_to_keep: int
+    seed: int
+
+    @property
+    def real_images_per_step(self) -> int:
+        """Real images D consumes per train step, over all replicas."""
+        return self.batch_size * self.d_steps * self.accumulation
+
+
+@gin.configurable("train")
+def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps: int = 2,
+                 steps_per_loop: int = 10, accumulation: int = 1, clip_norm: float = 0.0,
+                 ortho_reg: float = 0.0, ema_decay: float = 0.999, ema_start_step: int = 0,
+                 log_every: int = 50, checkpoint_every: int = 500, sample_every: int = 500,
+                 max_to_keep: int = 3, seed: int = 0) -> TrainConfig:
+    """The trainer's options, from gin.
+
+    Args:
+      total_steps: train steps (G updates) to reach; a resumed run continues to it.
+      batch_size: global batch per micro-batch, over all replicas.
+      d_steps: D updates per G update, each on a fresh real batch.
+      steps_per_loop: train steps inside one tf.function call (TPU iterations_per_loop).
+      accumulation: micro-batches per update (gradient accumulation); the
+        effective batch is batch_size * accumulation.
+      clip_norm: clip each network's global gradient norm to this; 0 disables.
+      ortho_reg: strength of BigGAN's orthogonal regularisation of G; 0 disables.
+      ema_decay: decay of the EMA generator.
+      ema_start_step: before this step the EMA generator equals G.
+      log_every: steps between progress lines and scalar summaries.
+      checkpoint_every: steps between checkpoints (one is always written at the end).
+      sample_every: steps between sample grids (TensorBoard and samples/ PNGs).
+      max_to_keep: checkpoints kept on disk.
+      seed: seeds initialisation, shuffling and noise.
+    """
+    config = TrainConfig(total_steps, batch_size, d_steps, steps_per_loop, accumulation,
+                         clip_norm, ortho_reg, ema_decay, ema_start_step, log_every,
+                         checkpoint_every, sample_every, max_to_keep, seed)
+    positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
+                "log_every", "checkpoint_every", "sample_every", "max_to_keep")
+    for name in positive:
+        if getattr(config, name) <= 0:
+            raise ConfigError(f"train.{name}={getattr(config, name)} must be positive")
+    if not 0.0 <= ema_decay < 1.0:
+        raise ConfigError(f"train.ema_decay={ema_decay} must be in [0, 1)")
+    if clip_norm < 0 or ortho_reg < 0:
+        raise ConfigError("train.clip_norm and train.ortho_reg must be >= 0")
+    return config
+
+
+def check_batch(config: TrainConfig, num_replicas: int) -> None:
+    """The global batch must split evenly over replicas."""
+    if config.batch_size % num_replicas:
+        raise ConfigError(
+            f"train.batch_size={config.batch_size} is not divisible by the {num_replicas} "
+            f"replicas of this strategy; use a multiple of {num_replicas}")

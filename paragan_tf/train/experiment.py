@@ -1,0 +1,103 @@
+"""Everything a run is made of, built from the frozen gin config.
+
+`build()` is the single place that turns configuration into objects: the
+strategy, the data source, G, D, EMA G, both optimizers and the step counter,
+all created inside `strategy.scope()`. The trainer, the sampler and the dry run
+all start here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import tensorflow as tf
+import tf_keras as keras
+
+from paragan_tf import losses
+from paragan_tf.data import datasets
+from paragan_tf.data import pipeline
+from paragan_tf.distribute import strategy as strategy_lib
+from paragan_tf.errors import ConfigError
+from paragan_tf.models import biggan
+from paragan_tf.train import config as config_lib
+from paragan_tf.train import ema as ema_lib
+from paragan_tf.train import optimizers
+
+
+@dataclasses.dataclass
+class Experiment:
+    config: config_lib.TrainConfig
+    data: pipeline.DatasetConfig
+    source: datasets.Source
+    strategy: tf.distribute.Strategy
+    generator: biggan.Generator
+    discriminator: biggan.Discriminator
+    generator_ema: biggan.Generator
+    g_optimizer: keras.optimizers.Optimizer
+    d_optimizer: keras.optimizers.Optimizer
+    step: tf.Variable
+    ema: ema_lib.GeneratorEMA
+    loss_fn: losses.LossFn
+
+    def trackables(self) -> dict:
+        """What a checkpoint holds."""
+        return dict(generator=self.generator, discriminator=self.discriminator,
+                    generator_ema=self.generator_ema, g_optimizer=self.g_optimizer,
+                    d_optimizer=self.d_optimizer, step=self.step)
+
+
+def build(strategy: Optional[tf.distribute.Strategy] = None,
+          check_data: bool = True) -> Experiment:
+    """Builds the run described by the current gin config. Raises ConfigError on bad settings.
+
+    check_data=False skips the check that the data is present (dry runs).
+    """
+    config = config_lib.train_config()
+    data = pipeline.dataset_config()
+    if data.resolution not in biggan.G_ARCH:
+        raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
+                          f"choose one of {sorted(biggan.G_ARCH)}")
+    source = pipeline.load_source(data, check=check_data)
+    loss_fn = losses.loss()
+    strategy = strategy or strategy_lib.make_strategy()
+    config_lib.check_batch(config, strategy.num_replicas_in_sync)
+    keras.utils.set_random_seed(config.seed)
+    shape = dict(resolution=data.resolution, num_classes=source.num_classes)
+    with strategy.scope():
+        generator = biggan.Generator(out_channels=source.channels, **shape)
+        discriminator = biggan.Discriminator(**shape)
+        generator_ema = biggan.Generator(out_channels=source.channels, name="generator_ema",
+                                         **shape)
+        biggan.build(generator, discriminator, source.channels)
+        generator_ema((tf.zeros([2, generator_ema.dim_z]), tf.zeros([2], tf.int32)))
+        g_optimizer, d_optimizer = optimizers.make_optimizers()
+        g_optimizer.build(generator.trainable_variables)
+        d_optimizer.build(discriminator.trainable_variables)
+        step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
+    ema.copy()
+    return Experiment(config, data, source, strategy, generator, discriminator, generator_ema,
+                      g_optimizer, d_optimizer, step, ema, loss_fn)
+
+
+def summary(exp: Experiment) -> dict:
+    """The facts `--dry_run` prints, including whether the data is ready to train on."""
+    try:
+        exp.source.check()
+        data_error = None
+    except ConfigError as e:
+        data_error = str(e).splitlines()[0]
+    return {
+        "generator_params": biggan.count_trainable(exp.generator),
+        "discriminator_params": biggan.count_trainable(exp.discriminator),
+        "strategy": type(exp.strategy).__name__,
+        "num_replicas": exp.strategy.num_replicas_in_sync,
+        "global_batch_size": exp.config.batch_size,
+        "dataset": exp.source.name,
+        "num_classes": exp.source.num_classes,
+        "resolution": exp.data.resolution,
+        "total_steps": exp.config.total_steps,
+        "data_ready": data_error is None,
+        "data_error": data_error,
+    }

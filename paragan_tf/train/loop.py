@@ -1,0 +1,229 @@
+"""The synchronous controller: `steps_per_loop` train steps per tf.function call, until done.
+
+Between calls (on the host) it logs progress, writes summaries, sample grids
+and checkpoints, and honours SIGTERM/SIGINT by saving a checkpoint and
+stopping. Checkpoints, logs and samples land on exact multiples of their
+intervals because a call never runs past the next such boundary.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Dict, Optional
+
+from absl import logging
+import gin
+import numpy as np
+import tensorflow as tf
+
+from paragan_tf import images as images_lib
+from paragan_tf import sampling
+from paragan_tf.data import pipeline
+from paragan_tf.train import checkpoints
+from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import step as step_lib
+
+_METRICS = ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "logits/real", "logits/fake")
+_MEAN_METRICS = ("grad_norm/",)  # identical on every replica; others are per-replica shares
+
+
+class Interrupted(Exception):
+    """Training stopped on a signal after saving a checkpoint."""
+
+    def __init__(self, signum: int, step: int):
+        super().__init__(f"stopped by signal {signum} at step {step}; checkpoint saved")
+        self.signum, self.step = signum, step
+
+
+class _SignalFlag:
+    """Turns SIGTERM/SIGINT into a flag the controller checks between loops."""
+
+    def __init__(self):
+        self.signum: Optional[int] = None
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        del frame
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: give up on the clean stop
+        self.signum = signum
+        logging.warning("signal %d received: finishing the current loop and saving", signum)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def _make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
+    """tf.function running n train steps; returns (mean metrics, seconds waiting for input)."""
+    strategy = exp.strategy
+
+    def reduce(metrics):
+        return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN if k.startswith(_MEAN_METRICS)
+                                   else tf.distribute.ReduceOp.SUM, v, axis=None)
+                for k, v in metrics.items()}
+
+    # autograph=False: nothing below branches on tensors, and converting every
+    # Keras call made tracing take ~8 s even for the tiny test model.
+    @tf.function(autograph=False)
+    def loop(real_it, noise_it, n):
+        def body(i, wait, totals):
+            # Stateful ops run in program order inside tf.function, so the two
+            # timestamps bracket exactly the time spent blocked on the iterators.
+            start = tf.timestamp()
+            real = [next(real_it) for _ in range(gan_step.real_batches_per_step)]
+            noise = [next(noise_it) for _ in range(gan_step.noise_batches_per_step)]
+            with tf.control_dependencies(tf.nest.flatten(
+                    strategy.experimental_local_results((real, noise)))):
+                wait += tf.timestamp() - start
+            metrics = reduce(strategy.run(gan_step, args=(real, noise)))
+            exp.ema.update(exp.step)
+            exp.step.assign_add(1)
+            totals = {k: totals[k] + tf.cast(metrics[k], tf.float32) for k in totals}
+            return i + 1, wait, totals
+
+        zeros = {k: tf.constant(0.0) for k in _METRICS}
+        _, wait, totals = tf.while_loop(lambda i, *_: i < n, body,
+                                        (tf.constant(0, n.dtype), tf.constant(0.0, tf.float64),
+                                         zeros))
+        n_float = tf.cast(n, tf.float32)
+        return {k: v / n_float for k, v in totals.items()}, wait
+    return loop
+
+
+def _write_config(model_dir: str, writer) -> None:
+    operative = gin.operative_config_str()
+    with tf.io.gfile.GFile(os.path.join(model_dir, "operative_config.gin"), "w") as f:
+        f.write(operative)
+    with writer.as_default():
+        # Markdown code block: TensorBoard's text plugin would reflow plain text.
+        tf.summary.text("config/operative_gin",
+                        "\n".join("    " + line for line in operative.splitlines()), step=0)
+
+
+def _format_eta(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def sample_classes(num_classes: int, max_rows: int = 10) -> list:
+    """Rows of a sample grid: every class, or an even spread when there are many."""
+    if num_classes <= max_rows:
+        return list(range(num_classes))
+    return [int(c) for c in np.linspace(0, num_classes - 1, max_rows)]
+
+
+def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, writer) -> str:
+    """EMA-generator grid (rows = classes) to model_dir/samples/ and TensorBoard."""
+    sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes)
+    grid = sampling.class_grid(exp.generator_ema, sample_classes(exp.source.num_classes),
+                               per_class=10, seed=exp.config.seed)
+    path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
+    images_lib.write_png(path, grid)
+    with writer.as_default():
+        tf.summary.image("samples/ema", grid[None], step=step)
+    return path
+
+
+def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
+    """Trains `exp` in `model_dir` until train.total_steps; resumes from its newest checkpoint.
+
+    Returns the last logged metrics plus `step` and `wall_seconds`.
+    Raises Interrupted after saving when SIGTERM or SIGINT arrives.
+    """
+    cfg, strategy = exp.config, exp.strategy
+    extended = strategy.extended
+    tf.io.gfile.makedirs(model_dir)
+    task_id = getattr(strategy.cluster_resolver, "task_id", 0) if hasattr(
+        strategy, "cluster_resolver") and strategy.cluster_resolver else 0
+    ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, extended.should_checkpoint,
+                                    task_id or 0, **exp.trackables())
+    restored = ckpt.restore_latest()
+    start = int(exp.step.numpy())
+    if restored:
+        logging.info("resumed from %s at step %d", restored, start)
+    summary_dir = model_dir if extended.should_save_summary else os.path.join(
+        model_dir, ".workers", str(task_id), "summaries")
+    writer = tf.summary.create_file_writer(summary_dir)
+    _write_config(model_dir, writer) if extended.should_save_summary else None
+
+    # Fresh shuffles and noise after a resume rather than replaying the start.
+    seed = cfg.seed * 1_000_003 + start
+    real_it = iter(strategy.distribute_datasets_from_function(pipeline.real_input_fn(
+        exp.source, exp.data, cfg.batch_size, seed)))
+    noise_it = iter(strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
+        exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed)))
+    gan_step = step_lib.GANStep(
+        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
+        step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
+                            cfg.ortho_reg))
+    loop = _make_loop_fn(exp, gan_step)
+
+    step, metrics = start, {}
+    t_begin = time.perf_counter()
+    window_steps, window_seconds, window_wait = 0, 0.0, 0.0
+    rate = None
+    logging.info("training %s from step %d to %d on %d replica(s), global batch %d",
+                 exp.source.name, start, cfg.total_steps, strategy.num_replicas_in_sync,
+                 cfg.batch_size)
+    with _SignalFlag() as flag:
+        while step < cfg.total_steps and flag.signum is None:
+            boundary = min(cfg.total_steps,
+                           *(step - step % k + k for k in (cfg.log_every, cfg.checkpoint_every,
+                                                           cfg.sample_every)))
+            n = min(cfg.steps_per_loop, boundary - step)
+            t0 = time.perf_counter()
+            out, wait = loop(real_it, noise_it, tf.constant(n, tf.int64))
+            out = {k: float(v) for k, v in out.items()}
+            elapsed = time.perf_counter() - t0
+            if step > start:  # the first call includes tracing: keep it out of the rates
+                window_steps, window_seconds = window_steps + n, window_seconds + elapsed
+                window_wait += float(wait)
+            step = int(exp.step.numpy())
+            if step % cfg.log_every == 0 or step == cfg.total_steps:
+                if window_steps:
+                    rate = window_steps / window_seconds
+                metrics = dict(out)
+                metrics["perf/images_per_sec"] = (rate or n / elapsed) * cfg.real_images_per_step
+                metrics["perf/input_wait_frac"] = (window_wait / window_seconds
+                                                   if window_seconds else float(wait) / elapsed)
+                metrics["lr/G"] = float(tf.convert_to_tensor(exp.g_optimizer.learning_rate))
+                metrics["lr/D"] = float(tf.convert_to_tensor(exp.d_optimizer.learning_rate))
+                with writer.as_default():
+                    for k, v in metrics.items():
+                        tf.summary.scalar(k, v, step=step)
+                eta = (cfg.total_steps - step) / rate if rate else float("nan")
+                logging.info(
+                    "step %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  input wait %.1f%%  ETA %s",
+                    step, cfg.total_steps, metrics["loss/D"], metrics["loss/G"],
+                    metrics["perf/images_per_sec"], 100 * metrics["perf/input_wait_frac"],
+                    _format_eta(eta) if rate else "?")
+                window_steps, window_seconds, window_wait = 0, 0.0, 0.0
+                if not all(np.isfinite(v) for v in out.values()):
+                    logging.warning("non-finite metrics at step %d: %s", step, out)
+            if step % cfg.sample_every == 0 or step == cfg.total_steps:
+                path = write_samples(exp, model_dir, step, writer)
+                logging.info("samples: %s", path)
+            if step % cfg.checkpoint_every == 0 or step == cfg.total_steps:
+                logging.info("checkpoint: %s", ckpt.save(step))
+        if flag.signum is not None:
+            if ckpt.latest is None or not ckpt.latest.endswith(f"ckpt-{step}"):
+                logging.info("checkpoint: %s", ckpt.save(step))
+            writer.flush()
+            raise Interrupted(flag.signum, step)
+    writer.flush()
+    if step == start and ckpt.latest is None:
+        ckpt.save(step)
+    metrics.update(step=step, wall_seconds=time.perf_counter() - t_begin)
+    return metrics

@@ -1,0 +1,132 @@
+"""The absl binaries end to end, in fresh processes: train, sample, dry run, bad input, SIGTERM."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import PYTHON, REPO, run_binary
+
+pytestmark = pytest.mark.slow
+
+
+def _tags(model_dir):
+    tags = set()
+    for path in glob.glob(os.path.join(model_dir, "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(v.tag for v in event.summary.value)
+    return tags
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    model_dir = str(tmp_path_factory.mktemp("tiny_run"))
+    result = run_binary("train.py", "--gin_file=gin/tiny.gin", f"--model_dir={model_dir}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return model_dir, result
+
+
+def test_train_binary_writes_checkpoints_summaries_samples_and_config(tiny_run):
+    model_dir, result = tiny_run
+    assert tf.train.latest_checkpoint(model_dir).endswith("ckpt-4")
+    assert os.path.exists(os.path.join(model_dir, "ckpt-2.index"))
+    assert os.path.exists(os.path.join(model_dir, "samples", "step_0000004.png"))
+    with open(os.path.join(model_dir, "operative_config.gin")) as f:
+        operative = f.read()
+    assert "train.total_steps = 4" in operative and "loss.fn = @hinge" in operative
+    expected = {"loss/G", "loss/D", "grad_norm/G", "grad_norm/D", "lr/G", "lr/D",
+                "perf/images_per_sec", "perf/input_wait_frac", "samples/ema",
+                "config/operative_gin"}
+    assert expected <= _tags(model_dir)
+    assert "step 4/4" in result.stderr and "img/s" in result.stderr and "ETA" in result.stderr
+
+
+def test_sample_binary_writes_a_class_row_grid(tiny_run, tmp_path):
+    model_dir, _ = tiny_run
+    output = str(tmp_path / "grid.png")
+    result = run_binary("sample.py", f"--model_dir={model_dir}", f"--output={output}",
+                        "--per_class=4", "--truncation=1.0", "--classes=0,3,7")
+    assert result.returncode == 0, result.stderr[-3000:]
+    grid = tf.io.decode_png(tf.io.read_file(output)).numpy()
+    assert grid.shape == (3 * 34 + 2, 4 * 34 + 2, 1)  # 32-pixel tiles, 2-pixel gutters
+    assert grid[2:34, 2:34].std() > 0  # a generated tile, not blank
+    bad = run_binary("sample.py", f"--model_dir={model_dir}", "--classes=12")
+    assert bad.returncode != 0 and "--classes [12] out of range" in bad.stderr
+
+
+def test_dry_run_prints_the_reference_cifar10_counts():
+    result = run_binary("train.py", "--gin_file=gin/biggan_cifar10.gin", "--dry_run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    facts = json.loads(result.stdout.strip().splitlines()[-1])
+    assert facts["generator_params"] == 4_304_387
+    assert facts["discriminator_params"] == 4_207_361
+    assert facts["strategy"] == "OneDeviceStrategy" and facts["num_replicas"] == 1
+    assert facts["global_batch_size"] == 50
+    assert facts["data_ready"] is False and "tfds build cifar10" in facts["data_error"]
+
+
+BAD_INPUT = {
+    "unknown dataset": (["dataset.name = 'mnist6k'"], "dataset.name='mnist6k'"),
+    "missing data_dir": (["dataset.name = 'image_folder'", "dataset.data_dir = '/no/such/dir'"],
+                         "dataset.data_dir='/no/such/dir'"),
+    "tfds not prepared": (["dataset.name = 'tfds:mnist'", "dataset.data_dir = '/no/such/tfds'"],
+                          "dataset.data_dir='/no/such/tfds'"),
+    "batch not divisible": (["strategy.kind = 'mirrored'", "strategy.num_logical_cpus = 2",
+                             "train.batch_size = 7"], "train.batch_size=7"),
+    "non-positive learning rate": (["D/optimizer.learning_rate = 0.0"],
+                                   "D/optimizer.learning_rate=0.0"),
+    "unknown binding": (["train.no_such_option = 1"], "no_such_option"),
+    "unknown configurable": (["Generatr.ch = 8"], "Generatr"),
+}
+
+
+def test_bad_input_exits_non_zero_with_one_line_naming_the_setting(tmp_path):
+    procs = {}
+    for name, (bindings, _) in BAD_INPUT.items():  # all at once: each is mostly TF import
+        args = [PYTHON, os.path.join(REPO, "bin", "train.py"), "--gin_file=gin/tiny.gin",
+                f"--model_dir={tmp_path / name.replace(' ', '_')}"]
+        args += [f"--gin_bindings={b}" for b in bindings]
+        procs[name] = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    for name, proc in procs.items():
+        _, stderr = proc.communicate(timeout=180)
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert proc.returncode == 2, (name, stderr[-2000:])
+        assert lines[-1].startswith("train.py: error: "), (name, lines[-1])
+        assert BAD_INPUT[name][1] in lines[-1], (name, lines[-1])
+        assert "Traceback" not in stderr, name
+        assert not glob.glob(str(tmp_path / name.replace(" ", "_") / "ckpt-*")), name
+
+
+def test_sigterm_saves_a_checkpoint_and_a_relaunch_finishes(tmp_path):
+    model_dir = str(tmp_path)
+    args = [PYTHON, os.path.join(REPO, "bin", "train.py"), "--gin_file=gin/tiny.gin",
+            f"--model_dir={model_dir}", "--gin_bindings=train.total_steps = 100000",
+            "--gin_bindings=train.checkpoint_every = 100000",
+            "--gin_bindings=train.sample_every = 100000"]
+    proc = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # wait until training is really under way
+        seen.append(line)
+        if "step 4/100000" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, "".join(seen)[-2000:] + rest[-2000:]
+    assert "stopped by signal 15" in rest
+    latest = tf.train.latest_checkpoint(model_dir)
+    stopped_at = int(latest.rsplit("-", 1)[1])
+    assert stopped_at >= 4
+    result = run_binary("train.py", "--gin_file=gin/tiny.gin", f"--model_dir={model_dir}",
+                        f"--gin_bindings=train.total_steps = {stopped_at + 2}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"resumed from {latest} at step {stopped_at}" in result.stderr
+    assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{stopped_at + 2}")

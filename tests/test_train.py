@@ -1,0 +1,166 @@
+"""Training steps, multi-replica equivalence, EMA, checkpoints and resume, in process."""
+
+from __future__ import annotations
+
+import itertools
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import mirrored_2
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import checkpoints
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
+
+
+def _weights(exp):
+    return {v.name: v.numpy() for m in (exp.generator, exp.discriminator, exp.generator_ema)
+            for v in m.variables}
+
+
+def _one_device():
+    return tf.distribute.OneDeviceStrategy("/cpu:0")
+
+
+@pytest.mark.parametrize("loss,d_steps,sync_bn", list(itertools.product(
+    ["hinge", "non_saturating", "wasserstein"], [1, 2], [False, True])))
+def test_one_step_trains_every_loss_d_steps_and_bn_mode(tiny_gin, tmp_path, loss, d_steps,
+                                                        sync_bn):
+    tiny_gin(f"loss.fn = @{loss}", f"train.d_steps = {d_steps}", f"Generator.sync_bn = {sync_bn}",
+             "train.total_steps = 1", "train.ema_decay = 0.5")
+    exp = experiment.build(mirrored_2() if sync_bn else _one_device())
+    before = _weights(exp)
+    result = loop.train(exp, str(tmp_path))
+    after = _weights(exp)
+    assert result["step"] == 1 and int(exp.step.numpy()) == 1
+    assert int(exp.d_optimizer.iterations.numpy()) == d_steps
+    assert int(exp.g_optimizer.iterations.numpy()) == 1
+    for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
+        assert np.isfinite(result[key]), key
+    for name, value in after.items():
+        assert np.all(np.isfinite(value)), name
+    changed = [n for n in before if not np.array_equal(before[n], after[n])]
+    assert any(n.startswith("generator/") for n in changed)
+    assert any(n.startswith("discriminator/") for n in changed)
+    assert any(n.startswith("generator_ema/") for n in changed)
+
+
+def _train_one_step(tiny_gin, strategy, model_dir, sync_bn=True):
+    # SGD: an update proportional to the gradient, so any gradient mismatch shows
+    # (Adam's first step is ~lr * sign(g) and would hide a factor of two).
+    tiny_gin("train.total_steps = 1", "train.d_steps = 1", f"Generator.sync_bn = {sync_bn}",
+             "G/optimizer.name = 'sgd'", "D/optimizer.name = 'sgd'",
+             "G/optimizer.learning_rate = 0.05", "D/optimizer.learning_rate = 0.05",
+             "dataset.shuffle_buffer = 1")
+    exp = experiment.build(strategy)
+    initial = _weights(exp)
+    loop.train(exp, str(model_dir))
+    gin.clear_config()
+    return initial, _weights(exp)
+
+
+def test_two_replicas_match_one_device_after_a_step(tiny_gin, tmp_path):
+    init_1, one = _train_one_step(tiny_gin, _one_device(), tmp_path / "one")
+    init_2, two = _train_one_step(tiny_gin, mirrored_2(), tmp_path / "two")
+    assert init_1.keys() == init_2.keys()
+    for name in init_1:
+        np.testing.assert_array_equal(init_1[name], init_2[name], err_msg=name)
+    moved = max(float(np.max(np.abs(one[n] - init_1[n]))) for n in one)
+    assert moved > 1e-3  # the step did something measurable
+    for name in one:
+        np.testing.assert_allclose(two[name], one[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_two_replicas_without_sync_bn_differ_so_the_equivalence_test_can_fail(tiny_gin, tmp_path):
+    _, one = _train_one_step(tiny_gin, _one_device(), tmp_path / "one", sync_bn=False)
+    _, two = _train_one_step(tiny_gin, mirrored_2(), tmp_path / "two", sync_bn=False)
+    worst = max(float(np.max(np.abs(one[n] - two[n]))) for n in one if n.startswith("generator/"))
+    assert worst > 1e-4
+
+
+def test_global_batch_not_divisible_by_replicas_is_a_config_error(tiny_gin):
+    tiny_gin("train.batch_size = 7")
+    with pytest.raises(ConfigError, match=r"train.batch_size=7 .* 2 replicas"):
+        experiment.build(mirrored_2())
+
+
+def test_checkpoint_round_trip_restores_every_variable(tiny_gin, tmp_path):
+    tiny_gin("train.total_steps = 2")
+    exp = experiment.build(_one_device())
+    loop.train(exp, str(tmp_path))
+    saved = _weights(exp)
+    saved_slots = [v.numpy() for v in exp.g_optimizer.variables]
+    gin.clear_config()
+    tiny_gin("train.total_steps = 2", "train.seed = 99")  # different init, same architecture
+    fresh = experiment.build(_one_device())
+    assert any(not np.array_equal(saved[n], v) for n, v in _weights(fresh).items())
+    ckpt = checkpoints.Checkpointer(str(tmp_path), 3, **fresh.trackables())
+    assert ckpt.restore_latest().endswith("ckpt-2")
+    for name, value in _weights(fresh).items():
+        np.testing.assert_array_equal(value, saved[name], err_msg=name)
+    for a, b in zip(fresh.g_optimizer.variables, saved_slots):
+        np.testing.assert_array_equal(a.numpy(), b)
+    assert int(fresh.step.numpy()) == 2
+
+
+def test_resume_continues_from_the_saved_step(tiny_gin, tmp_path):
+    tiny_gin("train.total_steps = 2")
+    exp = experiment.build(_one_device())
+    loop.train(exp, str(tmp_path))
+    at_two = _weights(exp)
+    gin.clear_config()
+    tiny_gin("train.total_steps = 4")
+    resumed = experiment.build(_one_device())
+    # Run zero steps first: the restored weights are exactly the saved ones.
+    ckpt = checkpoints.Checkpointer(str(tmp_path), 3, **resumed.trackables())
+    ckpt.restore_latest()
+    for name, value in _weights(resumed).items():
+        np.testing.assert_array_equal(value, at_two[name], err_msg=name)
+    result = loop.train(resumed, str(tmp_path))
+    assert result["step"] == 4
+    assert int(resumed.g_optimizer.iterations.numpy()) == 4  # 2 restored + 2 new
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-4")
+
+
+def test_checkpoint_of_another_architecture_fails_loudly(tiny_gin, tmp_path):
+    tiny_gin("train.total_steps = 2")
+    loop.train(experiment.build(_one_device()), str(tmp_path))
+    gin.clear_config()
+    tiny_gin("train.total_steps = 4", "Generator.ch = 8")
+    with pytest.raises(ConfigError, match="does not match this run's models"):
+        loop.train(experiment.build(_one_device()), str(tmp_path))
+
+
+def test_ema_tracks_before_start_and_averages_after(tiny_gin):
+    tiny_gin("train.ema_decay = 0.75", "train.ema_start_step = 1")
+    exp = experiment.build(_one_device())
+    g, ema = exp.generator.trainable_variables[0], exp.generator_ema.trainable_variables[0]
+    g.assign_add(tf.ones_like(g))
+    exp.ema.update(tf.constant(0))
+    np.testing.assert_allclose(ema.numpy(), g.numpy())  # before start: a copy
+    old = ema.numpy()
+    g.assign_add(tf.ones_like(g))
+    exp.ema.update(tf.constant(1))
+    np.testing.assert_allclose(ema.numpy(), 0.75 * old + 0.25 * g.numpy(), rtol=1e-6)
+    bn_g = exp.generator.non_trainable_variables[0]
+    bn_g.assign(tf.fill(bn_g.shape, 3.0))
+    exp.ema.update(tf.constant(2))
+    np.testing.assert_array_equal(exp.generator_ema.non_trainable_variables[0].numpy(),
+                                  bn_g.numpy())  # statistics are copied, not averaged
+
+
+def test_gradient_clipping_and_accumulation_run_and_bound_the_update(tiny_gin, tmp_path):
+    tiny_gin("train.total_steps = 1", "train.d_steps = 1", "train.accumulation = 2",
+             "train.clip_norm = 1e-3", "G/optimizer.name = 'sgd'", "D/optimizer.name = 'sgd'",
+             "G/optimizer.learning_rate = 1.0", "D/optimizer.learning_rate = 1.0",
+             "train.ortho_reg = 1e-4")
+    exp = experiment.build(_one_device())
+    before = [v.numpy() for v in exp.discriminator.trainable_variables]
+    result = loop.train(exp, str(tmp_path))
+    assert result["grad_norm/D"] > 1e-3  # the raw norm was above the clip ...
+    delta = np.sqrt(sum(np.sum((v.numpy() - b) ** 2)
+                        for v, b in zip(exp.discriminator.trainable_variables, before)))
+    assert delta == pytest.approx(1e-3, rel=1e-3)  # ... so the SGD step has exactly that norm
