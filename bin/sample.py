@@ -20,7 +20,6 @@ from paragan_tf import sampling
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -29,6 +28,8 @@ flags.DEFINE_float("truncation", 0.0, "Truncation threshold for z (0: none).")
 flags.DEFINE_integer("per_class", 10, "Samples per class (grid columns).")
 flags.DEFINE_list("classes", None, "Class ids for the rows; default: all (up to 10).")
 flags.DEFINE_integer("seed", 0, "Seed of the latents.")
+flags.DEFINE_integer("standing_stats_batches", 8,
+                     "Batches for fresh BN statistics of the EMA generator (0: keep stored).")
 
 
 def _main() -> int:
@@ -48,10 +49,13 @@ def _main() -> int:
     if path is None:
         common.fail(f"--model_dir={FLAGS.model_dir} holds no checkpoint")
     classes = ([int(c) for c in FLAGS.classes] if FLAGS.classes
-               else loop.sample_classes(exp.source.num_classes))
+               else sampling.default_classes(exp.source.num_classes))
     bad = [c for c in classes if not 0 <= c < exp.source.num_classes]
     if bad:
         common.fail(f"--classes {bad} out of range [0, {exp.source.num_classes})")
+    if FLAGS.standing_stats_batches:
+        sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
+                                       FLAGS.standing_stats_batches)
     grid = sampling.class_grid(exp.generator_ema, classes, FLAGS.per_class, FLAGS.seed,
                                FLAGS.truncation or None)
     output = FLAGS.output or os.path.join(FLAGS.model_dir, "samples", "sample.png")

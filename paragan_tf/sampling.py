@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +23,13 @@ def latents(num: int, dim_z: int, seed: int, truncation: Optional[float] = None)
         return tf.random.stateless_normal([num, dim_z], seed)
     return tf.random.stateless_parameterized_truncated_normal(
         [num, dim_z], seed, means=0.0, stddevs=1.0, minvals=-truncation, maxvals=truncation)
+
+
+def default_classes(num_classes: int, max_rows: int = 10) -> List[int]:
+    """Rows of a sample grid: every class, or an even spread when there are many."""
+    if num_classes <= max_rows:
+        return list(range(num_classes))
+    return [int(c) for c in np.linspace(0, num_classes - 1, max_rows)]
 
 
 def refresh_bn_statistics(generator: keras.Model, num_classes: int, num_batches: int = 8,

@@ -85,6 +85,8 @@ BAD_INPUT = {
                                    "D/optimizer.learning_rate=0.0"),
     "unknown binding": (["train.no_such_option = 1"], "no_such_option"),
     "unknown configurable": (["Generatr.ch = 8"], "Generatr"),
+    # No TPU here: the factory must say so (tpu='local' never asks a cloud metadata service).
+    "no TPU": (["strategy.kind = 'tpu'", "strategy.tpu = 'local'"], "no TPU reachable"),
 }
 
 

@@ -98,7 +98,12 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
     if kind == "multi_worker_mirrored":
         parse_tf_config()
         return tf.distribute.MultiWorkerMirroredStrategy()
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"strategy.kind='tpu' with strategy.tpu={tpu!r}: no TPU reachable "
+                          f"({first[:200]})") from None
     return tf.distribute.TPUStrategy(resolver)

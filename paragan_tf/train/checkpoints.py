@@ -24,7 +24,8 @@ class Checkpointer:
         self.checkpoint = tf.train.Checkpoint(**trackables)
         # Non-chief workers of a multi-worker run must save too (saving is a
         # collective op), but into a private scratch folder nobody restores from.
-        directory = model_dir if is_chief else os.path.join(model_dir, ".workers", str(worker_id))
+        directory = (model_dir if is_chief else
+                     os.path.join(model_dir, ".workers", str(worker_id), "checkpoints"))
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
         self.is_chief = is_chief

@@ -117,17 +117,10 @@ def _format_eta(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def sample_classes(num_classes: int, max_rows: int = 10) -> list:
-    """Rows of a sample grid: every class, or an even spread when there are many."""
-    if num_classes <= max_rows:
-        return list(range(num_classes))
-    return [int(c) for c in np.linspace(0, num_classes - 1, max_rows)]
-
-
 def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, writer) -> str:
     """EMA-generator grid (rows = classes) to model_dir/samples/ and TensorBoard."""
     sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes)
-    grid = sampling.class_grid(exp.generator_ema, sample_classes(exp.source.num_classes),
+    grid = sampling.class_grid(exp.generator_ema, sampling.default_classes(exp.source.num_classes),
                                per_class=10, seed=exp.config.seed)
     path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
     images_lib.write_png(path, grid)
@@ -145,18 +138,21 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     cfg, strategy = exp.config, exp.strategy
     extended = strategy.extended
     tf.io.gfile.makedirs(model_dir)
-    task_id = getattr(strategy.cluster_resolver, "task_id", 0) if hasattr(
-        strategy, "cluster_resolver") and strategy.cluster_resolver else 0
-    ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, extended.should_checkpoint,
-                                    task_id or 0, **exp.trackables())
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_id = (resolver.task_id or 0) if resolver is not None else 0
+    # Multi-worker: only the chief writes to model_dir; the others must still
+    # take part in saves (collective), into scratch folders.
+    is_chief = extended.should_checkpoint
+    ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, is_chief, task_id,
+                                    **exp.trackables())
     restored = ckpt.restore_latest()
     start = int(exp.step.numpy())
     if restored:
         logging.info("resumed from %s at step %d", restored, start)
-    summary_dir = model_dir if extended.should_save_summary else os.path.join(
-        model_dir, ".workers", str(task_id), "summaries")
-    writer = tf.summary.create_file_writer(summary_dir)
-    _write_config(model_dir, writer) if extended.should_save_summary else None
+    writer = tf.summary.create_file_writer(
+        model_dir if is_chief else os.path.join(model_dir, ".workers", str(task_id)))
+    if is_chief:
+        _write_config(model_dir, writer)
 
     # Fresh shuffles and noise after a resume rather than replaying the start.
     seed = cfg.seed * 1_000_003 + start
@@ -212,7 +208,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 window_steps, window_seconds, window_wait = 0, 0.0, 0.0
                 if not all(np.isfinite(v) for v in out.values()):
                     logging.warning("non-finite metrics at step %d: %s", step, out)
-            if step % cfg.sample_every == 0 or step == cfg.total_steps:
+            if is_chief and (step % cfg.sample_every == 0 or step == cfg.total_steps):
                 path = write_samples(exp, model_dir, step, writer)
                 logging.info("samples: %s", path)
             if step % cfg.checkpoint_every == 0 or step == cfg.total_steps:

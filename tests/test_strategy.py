@@ -1,0 +1,50 @@
+"""The strategy factory and TF_CONFIG validation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import tensorflow as tf
+
+from paragan_tf.distribute import strategy as strategy_lib
+from paragan_tf.errors import ConfigError
+
+
+def test_one_device_and_mirrored_over_logical_cpus():
+    assert strategy_lib.make_strategy("one_device").num_replicas_in_sync == 1
+    mirrored = strategy_lib.make_strategy("mirrored", num_logical_cpus=2)
+    assert isinstance(mirrored, tf.distribute.MirroredStrategy)
+    assert mirrored.num_replicas_in_sync == 2
+    assert strategy_lib.make_strategy("mirrored").num_replicas_in_sync == 1
+
+
+def test_unknown_kind_and_late_cpu_split_are_config_errors():
+    with pytest.raises(ConfigError, match="strategy.kind='horovod'"):
+        strategy_lib.make_strategy("horovod")
+    with pytest.raises(ConfigError, match="strategy.num_logical_cpus=3"):
+        strategy_lib.make_strategy("mirrored", num_logical_cpus=3)  # TF already has 2
+
+
+@pytest.mark.parametrize("raw,message", [
+    (None, "needs the TF_CONFIG environment variable"),
+    ("{not json", "TF_CONFIG is not valid JSON"),
+    (json.dumps({"task": {"type": "worker", "index": 0}}), "needs a 'cluster' object"),
+    (json.dumps({"cluster": {"worker": ["a:1"]}}), "needs a 'task' object"),
+    (json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}),
+     "task worker:1 is not in the cluster"),
+])
+def test_malformed_tf_config_is_named(monkeypatch, raw, message):
+    if raw is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", raw)
+    with pytest.raises(ConfigError, match=message):
+        strategy_lib.make_strategy("multi_worker_mirrored")
+
+
+def test_valid_tf_config_parses(monkeypatch):
+    config = {"cluster": {"worker": ["localhost:1", "localhost:2"]},
+              "task": {"type": "worker", "index": 1}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    assert strategy_lib.parse_tf_config() == config
