@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Callable
+from typing import Callable, NoReturn
 
 from absl import flags
 from absl import logging
@@ -32,11 +33,32 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
-def run_guarded(main: Callable[[], int]) -> int:
-    """Runs `main`, turning configuration errors into one line on stderr and exit code 2."""
-    logging.set_verbosity(logging.INFO)
-    try:
-        return main()
-    except ConfigError as e:
-        fail(str(e).strip().splitlines()[0])
-    return 2
+def exit_now(code: int) -> NoReturn:
+    """Flushes our output, then exits without running TensorFlow's destructors.
+
+    Called once the checkpoint and summaries are written. Tearing down tf.data
+    iterators can block: once in three 11-minute default runs here the
+    iterator destructor waited 58 s on a tf.data thread after the final
+    checkpoint. A preempted job has a short grace period, so we do not wait.
+    """
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access
+
+
+def absl_main(body: Callable[[], int]) -> Callable[[list], int]:
+    """An absl `main(argv)` running `body`, with configuration errors as one stderr line.
+
+    A ConfigError (any wrong setting) becomes `<binary>: error: <message>` and exit code 2.
+    """
+    def main(argv):
+        if len(argv) > 1:
+            fail(f"unexpected arguments {argv[1:]}; settings go in --gin_bindings")
+        logging.set_verbosity(logging.INFO)
+        try:
+            return body()
+        except ConfigError as e:
+            fail(str(e).strip().splitlines()[0])
+        return 2
+    return main

@@ -65,11 +65,5 @@ def _main() -> int:
     return 0
 
 
-def main(argv):
-    if len(argv) > 1:
-        common.fail(f"unexpected arguments {argv[1:]}")
-    return common.run_guarded(_main)
-
-
 if __name__ == "__main__":
-    app.run(main)
+    app.run(common.absl_main(_main))

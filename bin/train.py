@@ -37,16 +37,10 @@ def _main() -> int:
         result = loop.train(exp, FLAGS.model_dir)
     except loop.Interrupted as e:
         logging.warning("%s", e)
-        return 128 + e.signum
+        common.exit_now(128 + e.signum)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
-    return 0
-
-
-def main(argv):
-    if len(argv) > 1:
-        common.fail(f"unexpected arguments {argv[1:]}; use --gin_bindings for settings")
-    return common.run_guarded(_main)
+    common.exit_now(0)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(common.absl_main(_main))

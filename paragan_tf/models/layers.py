@@ -1,6 +1,6 @@
 """BigGAN building blocks: spectrally normalised layers, conditional BN, attention, res blocks.
 
-Numerics that must stay in float32 whatever the compute dtype (see layout.py):
+Numerics that must stay in float32 whatever the compute dtype (mixed precision):
 the spectral-norm power iteration, batch-norm statistics and the BN affine
 parameters. Layers therefore turn Keras autocasting off and cast by hand.
 """
@@ -31,6 +31,14 @@ class _SpectralNormalized(keras.layers.Layer):
     def __init__(self, **kwargs):
         super().__init__(autocast=False, **kwargs)
 
+    def _build_kernel(self, shape, use_bias: bool) -> None:
+        """Creates the float32 kernel (orthogonal init, as BigGAN), the bias and `u`."""
+        self.kernel = self.add_weight(name="kernel", shape=shape, dtype=tf.float32,
+                                      initializer=keras.initializers.Orthogonal())
+        self.bias = (self.add_weight(name="bias", shape=(shape[-1],), initializer="zeros",
+                                     dtype=tf.float32) if use_bias else None)
+        self._build_sn(shape[-1])
+
     def _build_sn(self, num_out: int) -> None:
         self.sn_u = self.add_weight(
             name="sn_u", shape=(1, num_out), dtype=tf.float32,
@@ -59,13 +67,8 @@ class SNConv2D(_SpectralNormalized):
         self.use_bias = use_bias
 
     def build(self, input_shape):
-        in_ch = int(input_shape[-1])
-        self.kernel = self.add_weight(
-            name="kernel", shape=(self.kernel_size, self.kernel_size, in_ch, self.filters),
-            initializer=keras.initializers.Orthogonal(), dtype=tf.float32)
-        self.bias = (self.add_weight(name="bias", shape=(self.filters,), initializer="zeros",
-                                     dtype=tf.float32) if self.use_bias else None)
-        self._build_sn(self.filters)
+        self._build_kernel((self.kernel_size, self.kernel_size, int(input_shape[-1]),
+                            self.filters), self.use_bias)
         super().build(input_shape)
 
     def call(self, x, training=False):
@@ -85,12 +88,7 @@ class SNDense(_SpectralNormalized):
         self.use_bias = use_bias
 
     def build(self, input_shape):
-        self.kernel = self.add_weight(
-            name="kernel", shape=(int(input_shape[-1]), self.units),
-            initializer=keras.initializers.Orthogonal(), dtype=tf.float32)
-        self.bias = (self.add_weight(name="bias", shape=(self.units,), initializer="zeros",
-                                     dtype=tf.float32) if self.use_bias else None)
-        self._build_sn(self.units)
+        self._build_kernel((int(input_shape[-1]), self.units), self.use_bias)
         super().build(input_shape)
 
     def call(self, x, training=False):
