@@ -26,11 +26,11 @@ def parse_gin(finalize: bool = True) -> None:
     config_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, finalize=finalize)
 
 
-def fail(message: str) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     """Prints a one-line error and exits non-zero."""
     sys.stderr.flush()
     print(f"{sys.argv[0].rsplit('/', 1)[-1]}: error: {message}", file=sys.stderr, flush=True)
-    sys.exit(2)
+    exit_now(code)
 
 
 def exit_now(code: int) -> NoReturn:

@@ -6,6 +6,11 @@
 
 Resumes from the newest checkpoint in --model_dir. On SIGTERM/SIGINT it saves
 a checkpoint and exits with 128 + the signal number.
+
+Several processes (see bin/launch_local.py and README): every task runs this
+binary with the same flags and its own TF_CONFIG (or Slurm variables). Under
+`strategy.kind='parameter_server'` the worker and ps tasks only serve; the
+chief coordinates asynchronous training.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from absl import flags
 from absl import logging
 
 import common
+import tensorflow as tf
+
+from paragan_tf.distribute import server
+from paragan_tf.train import async_loop
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 
@@ -29,15 +38,21 @@ def _main() -> int:
     common.parse_gin()
     if not FLAGS.dry_run and not FLAGS.model_dir:
         common.fail("--model_dir is required (where checkpoints and summaries go)")
+    if not FLAGS.dry_run and server.serve_if_server_task():
+        return 0
     exp = experiment.build(check_data=not FLAGS.dry_run)
     if FLAGS.dry_run:
         print(json.dumps(experiment.summary(exp)), flush=True)
         return 0
+    asynchronous = isinstance(exp.strategy, tf.distribute.experimental.ParameterServerStrategy)
     try:
-        result = loop.train(exp, FLAGS.model_dir)
+        result = (async_loop if asynchronous else loop).train(exp, FLAGS.model_dir)
     except loop.Interrupted as e:
         logging.warning("%s", e)
         common.exit_now(128 + e.signum)
+    except async_loop.ParameterServerLost as e:
+        logging.error("%s", e)
+        common.fail(str(e), code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
     common.exit_now(0)
 

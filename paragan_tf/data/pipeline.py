@@ -20,6 +20,7 @@ import gin
 import tensorflow as tf
 
 from paragan_tf.data import datasets
+from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
 
 InputFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
@@ -101,8 +102,14 @@ def _fit(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
 
 
 def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_size: int,
-                  seed: int) -> InputFn:
-    """Per-input-pipeline dataset of (images float32 [b, r, r, c] in [-1, 1], labels int32 [b])."""
+                  seed: int, per_process_offset: bool = False) -> InputFn:
+    """Per-input-pipeline dataset of (images float32 [b, r, r, c] in [-1, 1], labels int32 [b]).
+
+    per_process_offset: start each process's stream at a position given by the
+    pid of the process running the pipeline. Parameter-server workers all get
+    input pipeline id 0 (and the same shuffle seed: tf.data takes no tensor
+    seeds), so without it every worker would read the same batches in step.
+    """
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = ctx.get_per_replica_batch_size(global_batch_size)
         ds = source.make(config.split)
@@ -114,6 +121,9 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             ds = ds.cache()
         ds = ds.shuffle(config.shuffle_buffer, seed=seed + ctx.input_pipeline_id,
                         reshuffle_each_iteration=True).repeat()
+        if per_process_offset:
+            pid = tf.strings.to_number(cluster.process_id(), tf.int64)
+            ds = ds.skip(pid % (source.num_examples or config.shuffle_buffer))
         if config.random_flip:
             ds = ds.map(lambda image, label: (tf.image.random_flip_left_right(image), label),
                         num_parallel_calls=tf.data.AUTOTUNE)

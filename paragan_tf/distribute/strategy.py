@@ -5,8 +5,11 @@ kinds:
   mirrored               all local GPUs; on a CPU-only machine the CPU, optionally
                          split into `num_logical_cpus` logical devices (so the
                          multi-replica code paths run, and are tested, without GPUs).
-  multi_worker_mirrored  synchronous training across the processes named in
-                         TF_CONFIG (see README: several machines).
+  multi_worker_mirrored  synchronous training across the processes of the cluster
+                         (TF_CONFIG or Slurm, see cluster.py and README).
+  parameter_server       asynchronous training (train/async_loop.py): variables on
+                         the parameter servers, closures run by the workers, this
+                         process the coordinator. Worker and ps tasks run a server.
   tpu                    TPUStrategy through TPUClusterResolver(`tpu`). No TPU is
                          reachable from our CI machines, so this branch is exercised
                          only up to the resolver; everything the step does under it
@@ -16,16 +19,15 @@ kinds:
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Optional
 
 import gin
 import tensorflow as tf
 
+from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
 
-KINDS = ("one_device", "mirrored", "multi_worker_mirrored", "tpu")
+KINDS = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 
 
 def split_cpu(num_devices: int) -> None:
@@ -45,31 +47,19 @@ def split_cpu(num_devices: int) -> None:
             f"running any TensorFlow op") from None
 
 
-def parse_tf_config() -> dict:
-    """TF_CONFIG as a dict, validated enough to name what is wrong."""
-    raw = os.environ.get("TF_CONFIG")
-    if not raw:
-        raise ConfigError("strategy.kind='multi_worker_mirrored' needs the TF_CONFIG environment "
-                          "variable (cluster and task); see README 'Several machines'")
+def set_threads(intra_op_threads: int) -> None:
+    """Caps this process's intra-op threads (before TensorFlow initialises)."""
     try:
-        config = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"TF_CONFIG is not valid JSON ({e.msg} at character {e.pos})") from None
-    if not isinstance(config, dict) or not isinstance(config.get("cluster"), dict):
-        raise ConfigError("TF_CONFIG needs a 'cluster' object mapping job names to address lists")
-    task = config.get("task")
-    if not isinstance(task, dict) or "type" not in task or "index" not in task:
-        raise ConfigError("TF_CONFIG needs a 'task' object with 'type' and 'index'")
-    jobs = config["cluster"].get(task["type"])
-    if not isinstance(jobs, list) or not 0 <= int(task["index"]) < len(jobs):
-        raise ConfigError(f"TF_CONFIG task {task['type']}:{task['index']} is not in the cluster "
-                          f"{ {k: len(v) for k, v in config['cluster'].items()} }")
-    return config
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
+    except RuntimeError:
+        raise ConfigError(f"strategy.intra_op_threads={intra_op_threads} cannot be applied: "
+                          f"TensorFlow is already initialised in this process") from None
 
 
 @gin.configurable("strategy")
 def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
-                  tpu: Optional[str] = None) -> tf.distribute.Strategy:
+                  tpu: Optional[str] = None, intra_op_threads: int = 0,
+                  min_shard_bytes: int = 1 << 20) -> tf.distribute.Strategy:
     """Builds the strategy named by `strategy.kind`.
 
     Args:
@@ -77,9 +67,15 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
       num_logical_cpus: for `mirrored` on a machine without GPUs, how many
         logical CPU devices to make (0: one replica on the CPU).
       tpu: TPU name or grpc address for `tpu` ("" or "local" on a TPU VM).
+      intra_op_threads: threads per op in this process (0: TensorFlow's
+        default, all cores). Set 1 when several processes share a machine.
+      min_shard_bytes: `parameter_server` only: variables larger than this are
+        split over the parameter servers (at most one shard per server).
     """
     if kind not in KINDS:
         raise ConfigError(f"strategy.kind={kind!r} is unknown; choose one of {list(KINDS)}")
+    if intra_op_threads:
+        set_threads(intra_op_threads)
     gpus = tf.config.list_physical_devices("GPU")
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
@@ -96,8 +92,17 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
         return tf.distribute.MirroredStrategy(
             devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
     if kind == "multi_worker_mirrored":
-        parse_tf_config()
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster.resolver())
+    if kind == "parameter_server":
+        resolver = cluster.resolver()
+        num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
+        if not num_ps:
+            raise ConfigError("strategy.kind='parameter_server' needs at least one 'ps' task in "
+                              "the cluster")
+        partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+            min_shard_bytes=min_shard_bytes, max_shards=num_ps)
+        return tf.distribute.experimental.ParameterServerStrategy(
+            resolver, variable_partitioner=partitioner)
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
         tf.config.experimental_connect_to_cluster(resolver)

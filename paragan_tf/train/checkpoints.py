@@ -16,12 +16,22 @@ import tensorflow as tf
 from paragan_tf.errors import ConfigError
 
 
+def mismatch_error(path: str, error: Exception) -> ConfigError:
+    return ConfigError(
+        f"checkpoint {path} does not match this run's models (another architecture or "
+        f"dataset?): {str(error).splitlines()[0][:300]}; use a fresh --model_dir")
+
+
+RESTORE_ERRORS = (AssertionError, ValueError, tf.errors.InvalidArgumentError)
+
+
 class Checkpointer:
     """Saves and restores the training state; only the chief writes to model_dir."""
 
     def __init__(self, model_dir: str, max_to_keep: int, is_chief: bool = True,
                  worker_id: int = 0, **trackables):
         self.checkpoint = tf.train.Checkpoint(**trackables)
+        self.model_dir = model_dir
         # Non-chief workers of a multi-worker run must save too (saving is a
         # collective op), but into a private scratch folder nobody restores from.
         directory = (model_dir if is_chief else
@@ -29,10 +39,12 @@ class Checkpointer:
         self.manager = tf.train.CheckpointManager(
             self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
         self.is_chief = is_chief
+        self.saved_step: Optional[int] = None  # step of the last checkpoint saved or restored
 
     @property
     def latest(self) -> Optional[str]:
-        return self.manager.latest_checkpoint
+        """The newest checkpoint in model_dir (every worker restores from the chief's)."""
+        return tf.train.latest_checkpoint(self.model_dir)
 
     def restore_latest(self) -> Optional[str]:
         """Restores the newest checkpoint, if any; returns its path."""
@@ -41,14 +53,14 @@ class Checkpointer:
             return None
         try:
             self.checkpoint.restore(path).assert_consumed()
-        except (AssertionError, ValueError, tf.errors.InvalidArgumentError) as e:
-            raise ConfigError(
-                f"checkpoint {path} does not match this run's models (another architecture or "
-                f"dataset?): {str(e).splitlines()[0][:300]}; use a fresh --model_dir") from None
+        except RESTORE_ERRORS as e:
+            raise mismatch_error(path, e) from None
+        self.saved_step = int(path.rsplit("-", 1)[1])
         return path
 
     def save(self, step: int) -> str:
         path = self.manager.save(checkpoint_number=step)
         if not self.is_chief:
             tf.io.gfile.rmtree(os.path.dirname(path))
+        self.saved_step = step
         return path

@@ -27,6 +27,7 @@ class TrainConfig:
     sample_every: int
     max_to_keep: int
     seed: int
+    simultaneous: bool = False
 
     @property
     def real_images_per_step(self) -> int:
@@ -39,7 +40,8 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
                  steps_per_loop: int = 10, accumulation: int = 1, clip_norm: float = 0.0,
                  ortho_reg: float = 0.0, ema_decay: float = 0.999, ema_start_step: int = 0,
                  log_every: int = 50, checkpoint_every: int = 500, sample_every: int = 500,
-                 max_to_keep: int = 3, seed: int = 0) -> TrainConfig:
+                 max_to_keep: int = 3, seed: int = 0,
+                 simultaneous: bool = False) -> TrainConfig:
     """The trainer's options, from gin.
 
     Args:
@@ -58,10 +60,14 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
       sample_every: steps between sample grids (TensorBoard and samples/ PNGs).
       max_to_keep: checkpoints kept on disk.
       seed: seeds initialisation, shuffling and noise.
+      simultaneous: compute the last D update and the G update from the same
+        snapshot of both networks and apply both (ParaGAN's asynchronous
+        update inside a synchronous strategy); False: G is updated against
+        the freshly updated D.
     """
     config = TrainConfig(total_steps, batch_size, d_steps, steps_per_loop, accumulation,
                          clip_norm, ortho_reg, ema_decay, ema_start_step, log_every,
-                         checkpoint_every, sample_every, max_to_keep, seed)
+                         checkpoint_every, sample_every, max_to_keep, seed, simultaneous)
     positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
                 "log_every", "checkpoint_every", "sample_every", "max_to_keep")
     for name in positive:

@@ -8,6 +8,7 @@ intervals because a call never runs past the next such boundary.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -23,29 +24,25 @@ from paragan_tf import sampling
 from paragan_tf.data import pipeline
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import preemption
 from paragan_tf.train import step as step_lib
+
+Interrupted = preemption.Interrupted
 
 _METRICS = ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "logits/real", "logits/fake")
 _MEAN_METRICS = ("grad_norm/",)  # identical on every replica; others are per-replica shares
 
 
-class Interrupted(Exception):
-    """Training stopped on a signal after saving a checkpoint."""
-
-    def __init__(self, signum: int, step: int):
-        super().__init__(f"stopped by signal {signum} at step {step}; checkpoint saved")
-        self.signum, self.step = signum, step
-
-
-class _SignalFlag:
+class SignalFlag:
     """Turns SIGTERM/SIGINT into a flag the controller checks between loops."""
 
-    def __init__(self):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
         self.signum: Optional[int] = None
+        self._signals = signals
         self._previous = {}
 
     def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in self._signals:
             try:
                 self._previous[sig] = signal.signal(sig, self._handle)
             except ValueError:  # not the main thread: leave signals alone
@@ -101,7 +98,7 @@ def _make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
     return loop
 
 
-def _write_config(model_dir: str, writer) -> None:
+def write_config(model_dir: str, writer) -> None:
     operative = gin.operative_config_str()
     with tf.io.gfile.GFile(os.path.join(model_dir, "operative_config.gin"), "w") as f:
         f.write(operative)
@@ -117,12 +114,19 @@ def _format_eta(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, writer) -> str:
-    """EMA-generator grid (rows = classes) to model_dir/samples/ and TensorBoard."""
+def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, writer,
+                  is_chief: bool = True) -> str:
+    """EMA-generator grid (rows = classes) to model_dir/samples/ and TensorBoard.
+
+    Every worker of a multi-worker run must call this: refreshing the BN
+    statistics runs cross-replica (collective) ops. Only the chief writes.
+    """
     sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes)
     grid = sampling.class_grid(exp.generator_ema, sampling.default_classes(exp.source.num_classes),
                                per_class=10, seed=exp.config.seed)
     path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
+    if not is_chief:
+        return path
     images_lib.write_png(path, grid)
     with writer.as_default():
         tf.summary.image("samples/ema", grid[None], step=step)
@@ -145,6 +149,12 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     is_chief = extended.should_checkpoint
     ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, is_chief, task_id,
                                     **exp.trackables())
+    # Multi-worker: SIGTERM is TensorFlow's handler's business, so that every
+    # worker saves at the same step; this process then only handles SIGINT.
+    handler = None
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        handler = preemption.MultiWorkerPreemption(strategy, ckpt, cfg.max_to_keep,
+                                                   lambda: int(exp.step.numpy()))
     restored = ckpt.restore_latest()
     start = int(exp.step.numpy())
     if restored:
@@ -152,7 +162,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     writer = tf.summary.create_file_writer(
         model_dir if is_chief else os.path.join(model_dir, ".workers", str(task_id)))
     if is_chief:
-        _write_config(model_dir, writer)
+        write_config(model_dir, writer)
 
     # Fresh shuffles and noise after a resume rather than replaying the start.
     seed = cfg.seed * 1_000_003 + start
@@ -163,7 +173,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     gan_step = step_lib.GANStep(
         exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
         step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
-                            cfg.ortho_reg))
+                            cfg.ortho_reg, cfg.simultaneous))
     loop = _make_loop_fn(exp, gan_step)
 
     step, metrics = start, {}
@@ -173,7 +183,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     logging.info("training %s from step %d to %d on %d replica(s), global batch %d",
                  exp.source.name, start, cfg.total_steps, strategy.num_replicas_in_sync,
                  cfg.batch_size)
-    with _SignalFlag() as flag:
+    signals = (signal.SIGINT,) if handler else (signal.SIGTERM, signal.SIGINT)
+    with SignalFlag(signals) as flag:
         while step < cfg.total_steps and flag.signum is None:
             boundary = min(cfg.total_steps,
                            *(step - step % k + k for k in (cfg.log_every, cfg.checkpoint_every,
@@ -208,18 +219,29 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 window_steps, window_seconds, window_wait = 0, 0.0, 0.0
                 if not all(np.isfinite(v) for v in out.values()):
                     logging.warning("non-finite metrics at step %d: %s", step, out)
-            if is_chief and (step % cfg.sample_every == 0 or step == cfg.total_steps):
-                path = write_samples(exp, model_dir, step, writer)
-                logging.info("samples: %s", path)
+            if step % cfg.sample_every == 0 or step == cfg.total_steps:
+                path = write_samples(exp, model_dir, step, writer, is_chief)
+                if is_chief:
+                    logging.info("samples: %s", path)
             if step % cfg.checkpoint_every == 0 or step == cfg.total_steps:
                 logging.info("checkpoint: %s", ckpt.save(step))
+            if handler:
+                handler.check(step)
         if flag.signum is not None:
-            if ckpt.latest is None or not ckpt.latest.endswith(f"ckpt-{step}"):
+            if ckpt.saved_step != step:
                 logging.info("checkpoint: %s", ckpt.save(step))
             writer.flush()
             raise Interrupted(flag.signum, step)
     writer.flush()
-    if step == start and ckpt.latest is None:
+    if ckpt.saved_step != step:
         ckpt.save(step)
     metrics.update(step=step, wall_seconds=time.perf_counter() - t_begin)
+    if is_chief:
+        write_result(model_dir, metrics)
     return metrics
+
+
+def write_result(model_dir: str, metrics: Dict[str, float]) -> None:
+    """The finished run's last metrics as model_dir/train_result.json (for benchmarks, sweeps)."""
+    with tf.io.gfile.GFile(os.path.join(model_dir, "train_result.json"), "w") as f:
+        json.dump({k: float(v) for k, v in metrics.items()}, f, indent=1, sort_keys=True)

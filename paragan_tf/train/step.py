@@ -40,6 +40,10 @@ class StepConfig:
     accumulation: int = 1  # micro-batches per update (gradient accumulation)
     clip_norm: float = 0.0  # 0: no clipping
     ortho_reg: float = 0.0  # BigGAN's orthogonal regularisation strength for G
+    # ParaGAN's asynchronous update inside a synchronous strategy: the last D
+    # update and the G update are computed from the same snapshot of G and D,
+    # then both applied (G_{t+1} against D_t instead of D_{t+1}).
+    simultaneous: bool = False
 
 
 class GANStep:
@@ -104,6 +108,30 @@ class GANStep:
         grads = [tf.convert_to_tensor(g) for g in grads]
         return grads if acc is None else [a + g for a, g in zip(acc, grads)]
 
+    def d_gradients(self, real: Sequence[Batch], noise: Sequence[Batch]):
+        """One D update's loss, gradients and logit sums over its micro-batches."""
+        grads, loss_sum, real_sum, fake_sum = None, 0.0, 0.0, 0.0
+        for real_batch, noise_batch in zip(real, noise):
+            loss, g, real_logits, fake_logits = self._d_micro(real_batch, noise_batch)
+            grads, loss_sum = self._add(grads, g), loss_sum + loss
+            real_sum += tf.reduce_sum(real_logits)
+            fake_sum += tf.reduce_sum(fake_logits)
+        return loss_sum, grads, real_sum, fake_sum
+
+    def g_gradients(self, noise: Sequence[Batch]):
+        """One G update's loss and gradients over its micro-batches."""
+        grads, loss_sum = None, 0.0
+        for noise_batch in noise:
+            loss, g = self._g_micro(noise_batch)
+            grads, loss_sum = self._add(grads, g), loss_sum + loss
+        return loss_sum, grads
+
+    def apply_d(self, grads) -> tf.Tensor:
+        return self._apply(self.d_optimizer, grads, self.discriminator.trainable_variables)
+
+    def apply_g(self, grads) -> tf.Tensor:
+        return self._apply(self.g_optimizer, grads, self.generator.trainable_variables)
+
     def __call__(self, real: Sequence[Batch], noise: Sequence[Batch]) -> Dict[str, tf.Tensor]:
         """One train step on this replica. `real`/`noise` hold the step's micro-batches.
 
@@ -111,25 +139,23 @@ class GANStep:
         global mean, so a SUM over replicas gives the global value.
         """
         cfg = self.config
+        k = cfg.accumulation
         real, noise = list(real), list(noise)
-        d_loss = d_norm = 0.0
-        real_mean = fake_mean = 0.0
+        d_loss = d_norm = real_sum = fake_sum = 0.0
+        g_noise = noise[cfg.d_steps * k:]
         for d in range(cfg.d_steps):
-            grads, step_loss = None, 0.0
-            for a in range(cfg.accumulation):
-                i = d * cfg.accumulation + a
-                loss, g, real_logits, fake_logits = self._d_micro(real[i], noise[i])
-                grads, step_loss = self._add(grads, g), step_loss + loss
-                real_mean += tf.reduce_sum(real_logits)
-                fake_mean += tf.reduce_sum(fake_logits)
-            d_norm = self._apply(self.d_optimizer, grads, self.discriminator.trainable_variables)
-            d_loss += step_loss / cfg.d_steps
-        grads, g_loss = None, 0.0
-        for a in range(cfg.accumulation):
-            loss, g = self._g_micro(noise[cfg.d_steps * cfg.accumulation + a])
-            grads, g_loss = self._add(grads, g), g_loss + loss
-        g_norm = self._apply(self.g_optimizer, grads, self.generator.trainable_variables)
-        seen = float(cfg.global_batch_size * cfg.accumulation * cfg.d_steps)
+            loss, grads, r, f = self.d_gradients(real[d * k:(d + 1) * k], noise[d * k:(d + 1) * k])
+            d_loss, real_sum, fake_sum = d_loss + loss / cfg.d_steps, real_sum + r, fake_sum + f
+            if cfg.simultaneous and d == cfg.d_steps - 1:
+                # Both gradients before either update: G sees the D this D step starts from.
+                g_loss, g_grads = self.g_gradients(g_noise)
+                d_norm = self.apply_d(grads)
+                break
+            d_norm = self.apply_d(grads)
+        if not cfg.simultaneous:
+            g_loss, g_grads = self.g_gradients(g_noise)
+        g_norm = self.apply_g(g_grads)
+        seen = float(cfg.global_batch_size * k * cfg.d_steps)
         return {"loss/D": d_loss, "loss/G": g_loss,
                 "grad_norm/D": d_norm, "grad_norm/G": g_norm,
-                "logits/real": real_mean / seen, "logits/fake": fake_mean / seen}
+                "logits/real": real_sum / seen, "logits/fake": fake_sum / seen}

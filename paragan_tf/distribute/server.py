@@ -1,0 +1,43 @@
+"""The worker and parameter-server tasks of an asynchronous (parameter-server) cluster.
+
+They run no Python training code: each starts a tf.distribute.Server and
+serves until killed. The coordinator (the chief task) sends them work.
+"""
+
+from __future__ import annotations
+
+from absl import logging
+import gin
+import tensorflow as tf
+
+from paragan_tf.distribute import cluster
+
+SERVER_TASKS = ("worker", "ps")
+
+
+def _bound(name: str, default):
+    try:
+        return gin.query_parameter(name)
+    except ValueError:  # not bound in gin: the default
+        return default
+
+
+def serve_if_server_task() -> bool:
+    """Serves forever when this process is a worker/ps task of a parameter-server run.
+
+    Returns False (at once) for every other process.
+    """
+    if _bound("strategy.kind", "one_device") != "parameter_server":
+        return False
+    resolver = cluster.resolver()
+    task_type, index = cluster.task_of(resolver)
+    if task_type not in SERVER_TASKS:
+        return False
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=_bound("strategy.intra_op_threads", 0))
+    server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type, task_index=index,
+                                  protocol=resolver.rpc_layer or "grpc", config=config,
+                                  start=True)
+    logging.info("%s:%d serving at %s for the coordinator", task_type, index, server.target)
+    server.join()
+    return True

@@ -1,0 +1,230 @@
+"""Asynchronous GAN training (ParaGAN) under ParameterServerStrategy.
+
+This process is the coordinator. G, D, EMA G and the optimizers live on the
+parameter servers. A round t is `d_steps` D-update closures and one G-update
+closure, scheduled with no dependency between them: each reads whatever G and
+D the servers hold when it runs, so G_{t+1} is computed against D_t while D
+is being updated (PARAGAN.md section 2), and a slow or lost worker stalls
+nobody. The staleness bound: round t is scheduled only once round
+t - max_staleness has finished, so a closure misses at most the updates of
+the `max_staleness` most recent rounds.
+
+Failures (RELIABILITY.md): a lost worker's closure is re-run elsewhere by the
+ClusterCoordinator, and a restarted worker is re-admitted; the step counter
+is the coordinator's count of finished rounds, so it stays exact even when a
+closure ran twice (at-least-once: the repeated update shows as
+`async/repeated_g_updates`). A lost parameter server is fatal: we exit with a
+clear error and the relaunch resumes from the last checkpoint, written at
+exact round boundaries every `train.checkpoint_every` rounds.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import threading
+import time
+from typing import Dict, List
+
+from absl import logging
+import gin
+import numpy as np
+import tensorflow as tf
+
+from paragan_tf.data import pipeline
+from paragan_tf.distribute import cluster
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import checkpoints
+from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import loop as sync_loop
+from paragan_tf.train import preemption
+from paragan_tf.train import step as step_lib
+
+
+class ParameterServerLost(RuntimeError):
+    """A parameter server (or every worker) stopped answering; relaunch to resume."""
+
+
+@gin.configurable("async_train")
+def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0) -> dict:
+    """Options of the asynchronous trainer.
+
+    Args:
+      max_staleness: rounds (d_steps D closures + one G closure) in flight at once;
+        1 is ParaGAN's one-step staleness, larger keeps fast workers busy longer
+        when one straggles.
+      stall_timeout_secs: no round finished for this long: fail rather than hang
+        (a parameter server or all workers unreachable without a broken connection).
+    """
+    if max_staleness < 1:
+        raise ConfigError(f"async_train.max_staleness={max_staleness} must be >= 1")
+    return dict(max_staleness=max_staleness, stall_timeout_secs=stall_timeout_secs)
+
+
+def _noise(index: tf.Tensor, seed: int, batch: int, dim_z: int, num_classes: int):
+    """The noise of closure `index`: a pure function, so a re-run closure sees the same."""
+    key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
+    z = tf.random.stateless_normal([batch, dim_z], key)
+    labels = tf.random.stateless_uniform([batch], key + 1, 0, num_classes, tf.int32)
+    return z, labels
+
+
+class _Watchdog(threading.Thread):
+    """Exits the process when no round finishes for `timeout` seconds."""
+
+    def __init__(self, timeout: float):
+        super().__init__(daemon=True, name="async-watchdog")
+        self.timeout, self.last = timeout, time.monotonic()
+
+    def run(self):
+        while True:
+            time.sleep(min(5.0, self.timeout / 4))
+            if time.monotonic() - self.last > self.timeout:
+                logging.error("no training progress for %.0f s: a parameter server or every "
+                              "worker is unreachable; relaunch to resume from the last "
+                              "checkpoint", self.timeout)
+                logging.flush()
+                os._exit(3)  # pylint: disable=protected-access
+
+
+def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
+    """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
+    cfg, strategy = exp.config, exp.strategy
+    options = async_config()
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    tf.io.gfile.makedirs(model_dir)
+    ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, True, 0, **exp.trackables())
+    restored = ckpt.restore_latest()
+    start = int(exp.step.numpy())
+    if restored:
+        logging.info("resumed from %s at round %d", restored, start)
+    writer = tf.summary.create_file_writer(model_dir)
+    sync_loop.write_config(model_dir, writer)
+
+    k, batch = cfg.accumulation, cfg.batch_size
+    dim_z, classes = exp.generator.dim_z, exp.source.num_classes
+    gan_step = step_lib.GANStep(
+        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
+        step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg))
+    real_fn = pipeline.real_input_fn(exp.source, exp.data, batch, cfg.seed * 1_000_003 + start,
+                                     per_process_offset=True)
+    real_it = iter(coordinator.create_per_worker_dataset(
+        lambda: strategy.distribute_datasets_from_function(real_fn)))
+    d_seed, g_seed = cfg.seed * 2 + 1, cfg.seed * 2 + 2
+
+    @tf.function(autograph=False)
+    def d_closure(iterator, index):
+        real = [next(iterator) for _ in range(k)]
+        noise = [_noise(index * k + i, d_seed, batch, dim_z, classes) for i in range(k)]
+
+        def update(real, noise):
+            loss, grads, real_sum, fake_sum = gan_step.d_gradients(real, noise)
+            return {"loss/D": loss, "grad_norm/D": gan_step.apply_d(grads),
+                    "logits/real": real_sum / float(batch * k),
+                    "logits/fake": fake_sum / float(batch * k)}
+        out = strategy.run(update, args=(real, noise))
+        return dict(out, process=cluster.process_id())
+
+    @tf.function(autograph=False)
+    def g_closure(index):
+        noise = [_noise(index * k + i, g_seed, batch, dim_z, classes) for i in range(k)]
+
+        def update(noise):
+            loss, grads = gan_step.g_gradients(noise)
+            return {"loss/G": loss, "grad_norm/G": gan_step.apply_g(grads)}
+        out = strategy.run(update, args=(noise,))
+        exp.ema.update(index)
+        return dict(out, process=cluster.process_id())
+
+    inflight = collections.deque()  # (round, [RemoteValue]) oldest first
+    window = collections.defaultdict(list)
+    by_process = collections.Counter()
+    finished = start
+    watchdog = _Watchdog(options["stall_timeout_secs"])
+    watchdog.start()
+
+    def finish_oldest():
+        nonlocal finished
+        _, values = inflight.popleft()
+        for value in values:
+            out = value.fetch()
+            by_process[out.pop("process").decode()] += 1
+            for key, metric in out.items():
+                window[key].append(metric)
+        finished += 1
+        watchdog.last = time.monotonic()
+
+    def drain():
+        while inflight:
+            finish_oldest()
+
+    spec = cluster.resolver().cluster_spec().as_dict()
+    logging.info("asynchronous training of %s from round %d to %d on %d worker(s), %d ps; "
+                 "batch %d per closure, max staleness %d", exp.source.name, start,
+                 cfg.total_steps, len(spec.get("worker", [])), len(spec.get("ps", [])), batch,
+                 options["max_staleness"])
+    metrics: Dict[str, float] = {}
+    t_begin = t_window = time.perf_counter()
+    window_start = start
+    try:
+        with sync_loop.SignalFlag() as flag:
+            rounds = start
+            while rounds < cfg.total_steps and flag.signum is None:
+                while len(inflight) >= options["max_staleness"]:
+                    finish_oldest()
+                index = tf.constant(rounds, tf.int64)
+                values = [coordinator.schedule(
+                    d_closure, args=(real_it, tf.constant(rounds * cfg.d_steps + j, tf.int64)))
+                    for j in range(cfg.d_steps)]
+                values.append(coordinator.schedule(g_closure, args=(index,)))
+                inflight.append((rounds, values))
+                rounds += 1
+                at_log = rounds % cfg.log_every == 0 or rounds == cfg.total_steps
+                at_ckpt = rounds % cfg.checkpoint_every == 0 or rounds == cfg.total_steps
+                if not (at_log or at_ckpt or flag.signum is not None):
+                    continue
+                drain()  # exact boundaries: every scheduled round has finished
+                exp.step.assign(finished)
+                if at_log:
+                    elapsed = time.perf_counter() - t_window
+                    metrics = {key: float(np.mean(v)) for key, v in window.items()}
+                    metrics["perf/images_per_sec"] = (
+                        (finished - window_start) * cfg.real_images_per_step / elapsed)
+                    metrics["async/repeated_g_updates"] = float(
+                        int(exp.g_optimizer.iterations.numpy()) - finished)
+                    with writer.as_default():
+                        for key, value in metrics.items():
+                            tf.summary.scalar(key, value, step=finished)
+                    logging.info("round %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  "
+                                 "closures by worker process %s", finished, cfg.total_steps,
+                                 metrics.get("loss/D", float("nan")),
+                                 metrics.get("loss/G", float("nan")),
+                                 metrics["perf/images_per_sec"], dict(by_process))
+                    window.clear()
+                    t_window, window_start = time.perf_counter(), finished
+                if at_ckpt or flag.signum is not None:
+                    logging.info("checkpoint: %s", ckpt.save(finished))
+                if flag.signum is None and rounds % cfg.sample_every == 0:
+                    logging.info("samples: %s", sync_loop.write_samples(
+                        exp, model_dir, finished, writer))
+            if flag.signum is not None:
+                writer.flush()
+                raise preemption.Interrupted(flag.signum, finished)
+    except (tf.errors.UnavailableError, tf.errors.CancelledError,
+            tf.errors.AbortedError) as e:
+        raise ParameterServerLost(
+            f"lost the cluster at round {finished} ({type(e).__name__}: "
+            f"{str(e).strip().splitlines()[0][:200]}); a parameter server is down or "
+            f"unreachable; relaunch every task to resume from {ckpt.latest}") from None
+    if ckpt.saved_step != finished:
+        exp.step.assign(finished)
+        ckpt.save(finished)
+    if finished % cfg.sample_every:
+        logging.info("samples: %s", sync_loop.write_samples(exp, model_dir, finished, writer))
+    writer.flush()
+    metrics.update(step=finished, wall_seconds=time.perf_counter() - t_begin)
+    sync_loop.write_result(model_dir, metrics)
+    with tf.io.gfile.GFile(os.path.join(model_dir, "async_workers.json"), "w") as f:
+        json.dump({"closures_by_process": dict(by_process)}, f, indent=1)
+    return metrics
