@@ -33,7 +33,8 @@ def default_classes(num_classes: int, max_rows: int = 10) -> List[int]:
 
 
 def refresh_bn_statistics(generator: keras.Model, num_classes: int, num_batches: int = 8,
-                          batch_size: int = 64, seed: int = 1) -> None:
+                          batch_size: int = 64, seed: int = 1,
+                          classes: Optional[Sequence[int]] = None) -> None:
     """Replaces G's BN moving statistics by "standing statistics" (BigGAN, section 4).
 
     The moving averages a generator carries were measured on other weights
@@ -41,8 +42,11 @@ def refresh_bn_statistics(generator: keras.Model, num_classes: int, num_batches:
     generator in training mode on fresh samples and averaging the batch
     statistics with equal weights (momentum (i-1)/i at batch i) gives
     statistics that match its current weights. Eager only: the momentum is a
-    Python attribute read at call time.
+    Python attribute read at call time. `classes`: the labels G was trained on
+    (per-class training), default all.
     """
+    table = tf.constant(list(classes) if classes is not None else list(range(num_classes)),
+                        tf.int32)
     norms = [m for m in generator.submodules if isinstance(m, layers.ConditionalBatchNorm)]
     saved = [bn.momentum for bn in norms]
     try:
@@ -50,11 +54,24 @@ def refresh_bn_statistics(generator: keras.Model, num_classes: int, num_batches:
             for bn in norms:
                 bn.momentum = i / (i + 1.0)  # batch i gets weight 1/(i+1): an equal average
             z = latents(batch_size, generator.dim_z, seed + i)
-            labels = tf.random.stateless_uniform([batch_size], [seed, i], 0, num_classes, tf.int32)
+            labels = tf.gather(table, tf.random.stateless_uniform(
+                [batch_size], [seed, i], 0, table.shape[0], tf.int32))
             generator((z, labels), training=True)
     finally:
         for bn, momentum in zip(norms, saved):
             bn.momentum = momentum
+
+
+def class_samples(generator: keras.Model, classes: Sequence[int], per_class: int,
+                  seed: int = 0, truncation: Optional[float] = None) -> np.ndarray:
+    """[len(classes) * per_class, h, w, c] images in [-1, 1], class-major (inference mode).
+
+    The same `per_class` latents are used for every class.
+    """
+    z = latents(per_class, generator.dim_z, seed, truncation)
+    z = tf.tile(z, [len(classes), 1])
+    labels = tf.repeat(tf.constant(list(classes), tf.int32), per_class)
+    return generator((z, labels), training=False).numpy()
 
 
 def class_grid(generator: keras.Model, classes: Sequence[int], per_class: int, seed: int = 0,
@@ -63,8 +80,5 @@ def class_grid(generator: keras.Model, classes: Sequence[int], per_class: int, s
 
     The same z column is used for every row, so a column shows one latent across classes.
     """
-    z = latents(per_class, generator.dim_z, seed, truncation)
-    z = tf.tile(z, [len(classes), 1])
-    labels = tf.repeat(tf.constant(list(classes), tf.int32), per_class)
-    fakes = generator((z, labels), training=False)
-    return images_lib.grid(fakes.numpy(), rows=len(classes))
+    return images_lib.grid(class_samples(generator, classes, per_class, seed, truncation),
+                           rows=len(classes))

@@ -87,17 +87,26 @@ BAD_INPUT = {
     "unknown configurable": (["Generatr.ch = 8"], "Generatr"),
     # No TPU here: the factory must say so (tpu='local' never asks a cloud metadata service).
     "no TPU": (["strategy.kind = 'tpu'", "strategy.tpu = 'local'"], "no TPU reachable"),
+    "malformed TF_CONFIG": (["strategy.kind = 'multi_worker_mirrored'"],
+                            "TF_CONFIG is not valid JSON", {"TF_CONFIG": '{"cluster": {'}),
+    "missing Slurm variable": (["strategy.kind = 'multi_worker_mirrored'",
+                                "cluster.source = 'slurm'"], "SLURM_STEP_NODELIST is not set",
+                               {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
+                                "SLURM_STEP_TASKS_PER_NODE": "2"}),
 }
 
 
 def test_bad_input_exits_non_zero_with_one_line_naming_the_setting(tmp_path):
     procs = {}
-    for name, (bindings, _) in BAD_INPUT.items():  # all at once: each is mostly TF import
+    for name, (bindings, _, *env) in BAD_INPUT.items():  # all at once: mostly TF import
         args = [PYTHON, os.path.join(REPO, "bin", "train.py"), "--gin_file=gin/tiny.gin",
                 f"--model_dir={tmp_path / name.replace(' ', '_')}"]
         args += [f"--gin_bindings={b}" for b in bindings]
+        environ = {k: v for k, v in os.environ.items()
+                   if not k.startswith("SLURM_") and k != "TF_CONFIG"}
+        environ.update(*env)
         procs[name] = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True)
+                                       stderr=subprocess.PIPE, text=True, env=environ)
     for name, proc in procs.items():
         _, stderr = proc.communicate(timeout=180)
         lines = [line for line in stderr.splitlines() if line.strip()]

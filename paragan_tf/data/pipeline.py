@@ -14,7 +14,7 @@ noise position be checkpointed with the iterator.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import gin
 import tensorflow as tf
@@ -102,8 +102,11 @@ def _fit(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
 
 
 def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_size: int,
-                  seed: int, per_process_offset: bool = False) -> InputFn:
+                  seed: int, per_process_offset: bool = False,
+                  classes: Optional[Sequence[int]] = None) -> InputFn:
     """Per-input-pipeline dataset of (images float32 [b, r, r, c] in [-1, 1], labels int32 [b]).
+
+    classes: keep only examples of these labels (per-class training); None: all.
 
     per_process_offset: start each process's stream at a position given by the
     pid of the process running the pipeline. Parameter-server workers all get
@@ -115,6 +118,10 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
         ds = source.make(config.split)
         if ctx.num_input_pipelines > 1:
             ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+        if classes is not None and len(classes) < source.num_classes:
+            keep = tf.constant(list(classes), tf.int32)
+            ds = ds.filter(lambda image, label: tf.reduce_any(
+                tf.equal(tf.cast(label, tf.int32), keep)))
         ds = ds.map(lambda image, label: (_fit(image, config.resolution, config.fit), label),
                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         if source.in_memory:  # resize/pad once, not every epoch
@@ -131,19 +138,22 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     return input_fn
 
 
-def noise_input_fn(dim_z: int, num_classes: int, global_batch_size: int, seed: int) -> InputFn:
+def noise_input_fn(dim_z: int, num_classes: int, global_batch_size: int, seed: int,
+                   classes: Optional[Sequence[int]] = None) -> InputFn:
     """Per-input-pipeline dataset of (z float32 [b, dim_z], labels int32 [b]) for G samples.
 
-    Labels are uniform over classes, as BigGAN samples them.
+    Labels are uniform over classes (or over `classes`), as BigGAN samples them.
     """
+    labels = list(classes) if classes is not None else list(range(num_classes))
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = ctx.get_per_replica_batch_size(global_batch_size)
         key = tf.constant([seed, 7919 * ctx.input_pipeline_id + 1], tf.int64)
+        table = tf.constant(labels, tf.int32)
 
         def example(i):
             z = tf.random.stateless_normal([dim_z], tf.stack([key[0] + i, key[1]]))
-            label = tf.random.stateless_uniform([], tf.stack([key[1], key[0] + i]), 0,
-                                                num_classes, tf.int32)
+            label = tf.gather(table, tf.random.stateless_uniform(
+                [], tf.stack([key[1], key[0] + i]), 0, table.shape[0], tf.int32))
             return z, label
         ds = tf.data.Dataset.counter().map(example, num_parallel_calls=tf.data.AUTOTUNE,
                                            deterministic=True)

@@ -62,11 +62,12 @@ def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0) -> d
     return dict(max_staleness=max_staleness, stall_timeout_secs=stall_timeout_secs)
 
 
-def _noise(index: tf.Tensor, seed: int, batch: int, dim_z: int, num_classes: int):
+def _noise(index: tf.Tensor, seed: int, batch: int, dim_z: int, classes: List[int]):
     """The noise of closure `index`: a pure function, so a re-run closure sees the same."""
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
     z = tf.random.stateless_normal([batch, dim_z], key)
-    labels = tf.random.stateless_uniform([batch], key + 1, 0, num_classes, tf.int32)
+    labels = tf.gather(tf.constant(classes, tf.int32), tf.random.stateless_uniform(
+        [batch], key + 1, 0, len(classes), tf.int32))
     return z, labels
 
 
@@ -103,12 +104,12 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     sync_loop.write_config(model_dir, writer)
 
     k, batch = cfg.accumulation, cfg.batch_size
-    dim_z, classes = exp.generator.dim_z, exp.source.num_classes
+    dim_z, classes = exp.generator.dim_z, exp.classes
     gan_step = step_lib.GANStep(
         exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
         step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg))
     real_fn = pipeline.real_input_fn(exp.source, exp.data, batch, cfg.seed * 1_000_003 + start,
-                                     per_process_offset=True)
+                                     per_process_offset=True, classes=classes)
     real_it = iter(coordinator.create_per_worker_dataset(
         lambda: strategy.distribute_datasets_from_function(real_fn)))
     d_seed, g_seed = cfg.seed * 2 + 1, cfg.seed * 2 + 2
@@ -148,7 +149,16 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         nonlocal finished
         _, values = inflight.popleft()
         for value in values:
-            out = value.fetch()
+            try:
+                out = value.fetch()
+            except tf.errors.UnavailableError:
+                # A finished closure's outputs stay on its worker until fetched; if
+                # that worker died since, its update is applied but its metrics are
+                # gone. Only a lost parameter server is fatal: probe one.
+                exp.step.numpy()
+                logging.warning("metrics of a finished closure were lost with its worker")
+                by_process["lost"] += 1
+                continue
             by_process[out.pop("process").decode()] += 1
             for key, metric in out.items():
                 window[key].append(metric)
@@ -216,7 +226,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         raise ParameterServerLost(
             f"lost the cluster at round {finished} ({type(e).__name__}: "
             f"{str(e).strip().splitlines()[0][:200]}); a parameter server is down or "
-            f"unreachable; relaunch every task to resume from {ckpt.latest}") from None
+            f"unreachable; relaunch every task to resume from "
+            f"{ckpt.latest or 'the start (no checkpoint yet)'}") from None
     if ckpt.saved_step != finished:
         exp.step.assign(finished)
         ckpt.save(finished)

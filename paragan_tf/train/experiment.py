@@ -9,12 +9,13 @@ all start here.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import List, Optional
 
 import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf import losses
+from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.distribute import strategy as strategy_lib
@@ -39,6 +40,7 @@ class Experiment:
     step: tf.Variable
     ema: ema_lib.GeneratorEMA
     loss_fn: losses.LossFn
+    classes: List[int]  # the labels this run trains on (a subset under per-class training)
 
     def trackables(self) -> dict:
         """What a checkpoint holds."""
@@ -59,6 +61,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
                           f"choose one of {sorted(biggan.G_ARCH)}")
     source = pipeline.load_source(data, check=check_data)
+    classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
     strategy = strategy or strategy_lib.make_strategy()
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
@@ -78,7 +81,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
     return Experiment(config, data, source, strategy, generator, discriminator, generator_ema,
-                      g_optimizer, d_optimizer, step, ema, loss_fn)
+                      g_optimizer, d_optimizer, step, ema, loss_fn, classes)
 
 
 def summary(exp: Experiment) -> dict:
@@ -96,6 +99,7 @@ def summary(exp: Experiment) -> dict:
         "global_batch_size": exp.config.batch_size,
         "dataset": exp.source.name,
         "num_classes": exp.source.num_classes,
+        "trained_classes": exp.classes,
         "resolution": exp.data.resolution,
         "total_steps": exp.config.total_steps,
         "data_ready": data_error is None,

@@ -8,6 +8,7 @@ intervals because a call never runs past the next such boundary.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -121,9 +122,10 @@ def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, wri
     Every worker of a multi-worker run must call this: refreshing the BN
     statistics runs cross-replica (collective) ops. Only the chief writes.
     """
-    sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes)
-    grid = sampling.class_grid(exp.generator_ema, sampling.default_classes(exp.source.num_classes),
-                               per_class=10, seed=exp.config.seed)
+    sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
+                                   classes=exp.classes)
+    rows = [exp.classes[i] for i in sampling.default_classes(len(exp.classes))]
+    grid = sampling.class_grid(exp.generator_ema, rows, per_class=10, seed=exp.config.seed)
     path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
     if not is_chief:
         return path
@@ -167,9 +169,9 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     # Fresh shuffles and noise after a resume rather than replaying the start.
     seed = cfg.seed * 1_000_003 + start
     real_it = iter(strategy.distribute_datasets_from_function(pipeline.real_input_fn(
-        exp.source, exp.data, cfg.batch_size, seed)))
+        exp.source, exp.data, cfg.batch_size, seed, classes=exp.classes)))
     noise_it = iter(strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
-        exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed)))
+        exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed, classes=exp.classes)))
     gan_step = step_lib.GANStep(
         exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
         step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
@@ -180,9 +182,11 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     t_begin = time.perf_counter()
     window_steps, window_seconds, window_wait = 0, 0.0, 0.0
     rate = None
-    logging.info("training %s from step %d to %d on %d replica(s), global batch %d",
-                 exp.source.name, start, cfg.total_steps, strategy.num_replicas_in_sync,
-                 cfg.batch_size)
+    classes = (f"all {len(exp.classes)}" if len(exp.classes) == exp.source.num_classes
+               else exp.classes)
+    logging.info("training %s (classes %s) from step %d to %d on %d replica(s), global batch %d",
+                 exp.source.name, classes, start, cfg.total_steps,
+                 strategy.num_replicas_in_sync, cfg.batch_size)
     signals = (signal.SIGINT,) if handler else (signal.SIGTERM, signal.SIGINT)
     with SignalFlag(signals) as flag:
         while step < cfg.total_steps and flag.signum is None:
@@ -235,10 +239,21 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     writer.flush()
     if ckpt.saved_step != step:
         ckpt.save(step)
+    # Replicas must hold identical weights; the digest lets anyone compare workers' logs.
+    logging.info("final weights digest %s", weights_digest(exp))
     metrics.update(step=step, wall_seconds=time.perf_counter() - t_begin)
     if is_chief:
         write_result(model_dir, metrics)
     return metrics
+
+
+def weights_digest(exp: experiment_lib.Experiment) -> str:
+    """sha256 of this process's copy of every G, D and EMA G variable, in order."""
+    digest = hashlib.sha256()
+    for model in (exp.generator, exp.discriminator, exp.generator_ema):
+        for variable in model.variables:
+            digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def write_result(model_dir: str, metrics: Dict[str, float]) -> None:

@@ -1,0 +1,155 @@
+"""Multi-process training on 127.0.0.1 through bin/launch_local.py: real processes, real faults.
+
+MultiWorkerMirrored: 2 workers stay identical; SIGTERM to one makes both save at
+one step and the relaunch completes. Parameter server: 2 workers + 1 ps reach
+the exact step count while a worker is SIGKILLed and restarted (and the new
+process does work); a killed ps gives a clear error and the relaunch resumes.
+Per-class: 2 processes train disjoint label groups; the sampler joins them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import PYTHON, REPO, run_binary
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
+MWMS = ["--gin_bindings=strategy.kind='multi_worker_mirrored'"]
+PS = ["--num_ps=1", "--gin_bindings=strategy.kind='parameter_server'"]
+
+
+class Launch:
+    """bin/launch_local.py in the background, its output in a file we can poll."""
+
+    def __init__(self, model_dir, *args):
+        self.model_dir = str(model_dir)
+        self.log_path = os.path.join(self.model_dir + ".log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [PYTHON, os.path.join(REPO, "bin", "launch_local.py"),
+             f"--model_dir={self.model_dir}", *TINY, *args],
+            cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        with open(self.log_path) as f:
+            return f.read()
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(pattern, self.output())
+            if match:
+                return match
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.3)
+        raise AssertionError(f"no {pattern!r} in the output:\n{self.output()[-4000:]}")
+
+    def pid(self, task: str) -> int:
+        with open(os.path.join(self.model_dir, "launch.json")) as f:
+            return json.load(f)[task]
+
+    def finish(self, timeout: float = 240) -> int:
+        code = self.proc.wait(timeout)
+        self.log.close()
+        return code
+
+
+def _bindings(**values):
+    return [f"--gin_bindings=train.{k}={v}" for k, v in values.items()]
+
+
+def test_mwms_workers_save_at_one_step_on_sigterm_and_stay_identical(tmp_path):
+    model_dir = tmp_path / "mwms"
+    run = Launch(model_dir, *MWMS, *_bindings(total_steps=100000, log_every=10,
+                                               checkpoint_every=100000))
+    run.wait_for(r"\[worker:1\].*step 20/")
+    os.kill(run.pid("worker:1"), signal.SIGTERM)
+    assert run.finish() == 143, run.output()[-3000:]
+    stops = re.findall(r"\[(worker:\d)\].*stopped by signal 15 at step (\d+)", run.output())
+    assert len(stops) == 2 and stops[0][1] == stops[1][1], stops
+    step = int(stops[0][1])
+    assert os.path.exists(model_dir / f"ckpt-{step}.index")
+
+    rerun = Launch(tmp_path / "mwms", *MWMS,
+                   *_bindings(total_steps=step + 20, log_every=10, checkpoint_every=100000))
+    assert rerun.finish() == 0, rerun.output()[-3000:]
+    out = rerun.output()
+    assert len(re.findall(rf"resumed from .*ckpt-{step} at step {step}", out)) == 2
+    digests = dict(re.findall(r"\[(worker:\d)\].*final weights digest (\w+)", out))
+    assert len(digests) == 2 and digests["worker:0"] == digests["worker:1"], digests
+    assert os.path.exists(model_dir / f"ckpt-{step + 20}.index")
+
+
+def test_ps_training_survives_a_killed_worker_with_an_exact_step_count(tmp_path):
+    model_dir = tmp_path / "ps"
+    total = 150
+    run = Launch(model_dir, *PS, *_bindings(total_steps=total, log_every=10,
+                                             checkpoint_every=50))
+    run.wait_for(r"round 20/")
+    victim = run.pid("worker:1")
+    os.kill(victim, signal.SIGKILL)
+    run.wait_for(r"worker:1 exited with -9; restarting")
+    assert run.finish() == 0, run.output()[-3000:]
+    with open(model_dir / "train_result.json") as f:
+        result = json.load(f)
+    assert result["step"] == total
+    assert os.path.exists(model_dir / f"ckpt-{total}.index")
+    with open(model_dir / "async_workers.json") as f:
+        by_process = json.load(f)["closures_by_process"]
+    restarted = run.pid("worker:1")
+    assert restarted != victim
+    assert by_process.get(str(restarted), 0) > 0, (restarted, by_process)  # it took work
+    assert by_process.get(str(victim), 0) > 0
+    # Every round's closures ran at least once: d_steps (2) D + 1 G per round.
+    assert sum(by_process.values()) >= 3 * total
+
+
+def test_ps_loss_is_a_clear_error_and_the_relaunch_resumes(tmp_path):
+    model_dir = tmp_path / "ps_lost"
+    run = Launch(model_dir, *PS, *_bindings(total_steps=100000, log_every=10,
+                                             checkpoint_every=20))
+    run.wait_for(r"checkpoint: .*ckpt-40")
+    killed_at = time.monotonic()
+    os.kill(run.pid("ps:0"), signal.SIGKILL)
+    code = run.finish(timeout=120)
+    assert code != 0
+    assert time.monotonic() - killed_at < 60
+    error = run.wait_for(r"train.py: error: lost the cluster at round (\d+).*relaunch every "
+                         r"task to resume from (\S+)")
+    saved = int(error.group(2).rsplit("-", 1)[1])
+    assert saved >= 40
+
+    rerun = Launch(model_dir, *PS, *_bindings(total_steps=saved + 20, log_every=10,
+                                               checkpoint_every=20))
+    assert rerun.finish() == 0, rerun.output()[-3000:]
+    assert re.search(rf"resumed from .*ckpt-{saved} at round {saved}", rerun.output())
+    with open(model_dir / "train_result.json") as f:
+        assert json.load(f)["step"] == saved + 20
+
+
+def test_per_class_processes_train_disjoint_labels_and_the_sampler_joins_them(tmp_path):
+    model_dir = tmp_path / "per_class"
+    run = Launch(model_dir, "--mode=per_class", "--num_groups=2",
+                 *_bindings(total_steps=4))
+    assert run.finish() == 0, run.output()[-3000:]
+    out = run.output()
+    assert re.search(r"\[group:0\].*classes \[0, 1, 2, 3, 4\]", out)
+    assert re.search(r"\[group:1\].*classes \[5, 6, 7, 8, 9\]", out)
+    assert "TF_CONFIG" not in out  # independent processes: no cluster at all
+    result = run_binary("sample.py", f"--model_dir={model_dir}", "--per_class=3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert re.search(r"group_0/ckpt-4: step 4, classes \[0, 1, 2, 3, 4\]", result.stderr)
+    assert re.search(r"group_1/ckpt-4: step 4, classes \[5, 6, 7, 8, 9\]", result.stderr)
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    grid = Image.open(model_dir / "samples" / "sample.png")
+    assert grid.size == (3 * 34 + 2, 10 * 34 + 2)  # 10 class rows of 3 samples, 32 px + 2 pad
