@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
@@ -145,3 +146,36 @@ def test_bad_dataset_options_are_config_errors():
         pipeline.dataset_config(fit="stretch")
     with pytest.raises(ConfigError, match="dataset.split='test'"):
         datasets.get_source("mnist5k").make("test")
+
+
+def test_class_groups_split_the_labels_contiguously():
+    assert class_groups.classes_for(10) == list(range(10))
+    assert class_groups.classes_for(10, group=0, num_groups=3) == [0, 1, 2, 3]
+    assert class_groups.classes_for(10, group=2, num_groups=3) == [7, 8, 9]
+    groups = [class_groups.classes_for(10, g, 4) for g in range(4)]
+    assert sorted(sum(groups, [])) == list(range(10))
+    with pytest.raises(ConfigError, match="per_class.group=2 must be in"):
+        class_groups.classes_for(10, group=2, num_groups=2)
+    with pytest.raises(ConfigError, match="per_class.num_groups=11"):
+        class_groups.classes_for(10, group=0, num_groups=11)
+
+
+def test_a_label_group_restricts_real_and_noise_labels():
+    source = datasets.get_source("mnist5k")
+    _, labels = _first(pipeline.real_input_fn(source, _config(shuffle_buffer=5000), 64, seed=0,
+                                              classes=[3, 7]))
+    assert set(labels.numpy().tolist()) == {3, 7}
+    _, noise_labels = _first(pipeline.noise_input_fn(8, 10, 64, seed=0, classes=[3, 7]))
+    assert set(noise_labels.numpy().tolist()) == {3, 7}
+
+
+def test_per_process_offset_starts_each_process_elsewhere_in_the_stream():
+    source = datasets.get_source("mnist5k")
+    plain = _first(pipeline.real_input_fn(source, _config(shuffle_buffer=1), 4, seed=0))[1]
+    offset = _first(pipeline.real_input_fn(source, _config(shuffle_buffer=1), 4, seed=0,
+                                           per_process_offset=True))[1]
+    everything = source.make("train").map(lambda image, label: label)
+    labels = np.fromiter(everything.as_numpy_iterator(), np.int64)
+    skip = os.getpid() % 5000
+    np.testing.assert_array_equal(offset.numpy(), labels[(skip + np.arange(4)) % 5000])
+    np.testing.assert_array_equal(plain.numpy(), labels[:4])

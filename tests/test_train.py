@@ -14,6 +14,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
+from paragan_tf.train import step as step_lib
 
 
 def _weights(exp):
@@ -209,3 +210,54 @@ def test_accumulating_two_micro_batches_equals_two_replicas_of_one(tiny_gin, tmp
             dict(rtol=2e-2, atol=2e-5)
         np.testing.assert_allclose(after_b[name] - before_b[name], update[name], err_msg=name,
                                    **tolerance)
+
+
+def _assign(exp, values):
+    for model in (exp.generator, exp.discriminator):
+        for v in model.variables:
+            v.assign(values[v.name])
+
+
+def test_simultaneous_update_takes_g_against_the_d_before_the_d_update(tiny_gin):
+    """ParaGAN's asynchronous update inside a sync strategy: G_{t+1} from D_t, not D_{t+1}."""
+    tiny_gin("train.d_steps = 1", "G/optimizer.name = 'sgd'", "D/optimizer.name = 'sgd'",
+             "G/optimizer.learning_rate = 0.05", "D/optimizer.learning_rate = 0.05")
+    exp = experiment.build(_one_device())
+    _converge_power_iterations(exp)  # so the extra SN iteration of one path changes nothing
+    snapshot = _weights(exp)
+    real = (tf.random.uniform([8, 32, 32, 1], -1, 1, seed=1), tf.range(8) % 10)
+    noise_d = (tf.random.normal([8, 16], seed=2), tf.range(8) % 10)
+    noise_g = (tf.random.normal([8, 16], seed=3), (tf.range(8) + 3) % 10)
+
+    def run(fn):
+        _assign(exp, snapshot)
+        exp.strategy.run(fn)
+        return _weights(exp)
+
+    def make(simultaneous):
+        gan_step = step_lib.GANStep(exp.generator, exp.discriminator, exp.g_optimizer,
+                                    exp.d_optimizer, exp.loss_fn,
+                                    step_lib.StepConfig(8, 1, simultaneous=simultaneous))
+        return gan_step
+    simultaneous = run(lambda: make(True)([real], [noise_d, noise_g]))
+    sequential = run(lambda: make(False)([real], [noise_d, noise_g]))
+    plain = make(False)
+    g_from_snapshot = run(lambda: plain.apply_g(plain.g_gradients([noise_g])[1]))
+    g_names = [n for n in snapshot if n.startswith("generator/") and "moving_" not in n
+               and "/sn_u" not in n]
+    d_names = [n for n in snapshot if n.startswith("discriminator/") and "/sn_u" not in n]
+    for name in d_names:  # D's update does not depend on the order
+        np.testing.assert_allclose(simultaneous[name], sequential[name], rtol=1e-5, atol=1e-7)
+
+    def distance(a, b):  # of the G updates a - snapshot and b - snapshot
+        return float(np.sqrt(sum(np.sum((a[n] - b[n]) ** 2) for n in g_names)))
+    update = distance(g_from_snapshot, snapshot)
+    to_expected = distance(simultaneous, g_from_snapshot)
+    sequential_off = distance(sequential, g_from_snapshot)
+    # G's update is the one against the snapshot's D, up to the extra spectral-norm power
+    # iteration the D step runs first; the sequential G (against the updated D) is far off.
+    print(f"G update {update:.3g}, simultaneous off by {to_expected:.3g}, sequential off by "
+          f"{sequential_off:.3g}")
+    assert update > 1e-3
+    assert to_expected < 0.01 * update, (to_expected, update)
+    assert sequential_off > 20 * to_expected, (sequential_off, to_expected)
