@@ -93,8 +93,11 @@ def test_mwms_workers_save_at_one_step_on_sigterm_and_stay_identical(tmp_path):
 def test_ps_training_survives_a_killed_worker_with_an_exact_step_count(tmp_path):
     model_dir = tmp_path / "ps"
     total = 150
-    run = Launch(model_dir, *PS, *_bindings(total_steps=total, log_every=10,
-                                             checkpoint_every=50))
+    # Two parameter servers, and kernels over 4 KiB split across them.
+    run = Launch(model_dir, *PS, "--num_ps=2", "--gin_bindings=strategy.min_shard_bytes=4096",
+                 *_bindings(total_steps=total, log_every=10, checkpoint_every=50))
+    split = run.wait_for(r"2 ps;.* (\d+) of them split across parameter servers")
+    assert int(split.group(1)) > 0
     run.wait_for(r"round 20/")
     victim = run.pid("worker:1")
     os.kill(victim, signal.SIGKILL)

@@ -84,3 +84,17 @@ def test_parameter_server_needs_a_ps_task(monkeypatch):
                                                 "task": {"type": "chief", "index": 0}}))
     with pytest.raises(ConfigError, match="needs at least one 'ps' task"):
         strategy_lib.make_strategy("parameter_server")
+
+
+def test_slurm_parameter_server_cluster_puts_chief_then_ps_then_workers(monkeypatch):
+    for name, value in {"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "4",
+                        "SLURM_STEP_NODELIST": "localhost",
+                        "SLURM_STEP_TASKS_PER_NODE": "4"}.items():
+        monkeypatch.setenv(name, value)
+    resolver = cluster.resolver(source="slurm", num_ps=1, port_base=30000)
+    assert cluster.task_of(resolver) == ("ps", 0)
+    assert resolver.cluster_spec().as_dict() == {
+        "chief": ["localhost:30000"], "ps": ["localhost:30001"],
+        "worker": ["localhost:30002", "localhost:30003"]}
+    with pytest.raises(ConfigError, match="cluster.num_ps=3 leaves no workers"):
+        cluster.resolver(source="slurm", num_ps=3)

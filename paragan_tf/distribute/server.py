@@ -33,6 +33,9 @@ def serve_if_server_task() -> bool:
     task_type, index = cluster.task_of(resolver)
     if task_type not in SERVER_TASKS:
         return False
+    # Inter-op threads stay at the default: a server runs several remote functions
+    # at once (a closure blocks on reads from the parameter servers, the coordinator
+    # fetches results), and with one inter-op thread they deadlock.
     config = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=_bound("strategy.intra_op_threads", 0))
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type, task_index=index,

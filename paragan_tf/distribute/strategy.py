@@ -47,19 +47,27 @@ def split_cpu(num_devices: int) -> None:
             f"running any TensorFlow op") from None
 
 
-def set_threads(intra_op_threads: int) -> None:
-    """Caps this process's intra-op threads (before TensorFlow initialises)."""
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(intra_op_threads)
-    except RuntimeError:
-        raise ConfigError(f"strategy.intra_op_threads={intra_op_threads} cannot be applied: "
-                          f"TensorFlow is already initialised in this process") from None
+def set_threads(intra_op_threads: int, inter_op_threads: int) -> None:
+    """Caps this process's threads (before TensorFlow initialises); 0 leaves a default."""
+    threading = tf.config.threading
+    for name, value, current, setter in (
+            ("intra_op_threads", intra_op_threads, threading.get_intra_op_parallelism_threads,
+             threading.set_intra_op_parallelism_threads),
+            ("inter_op_threads", inter_op_threads, threading.get_inter_op_parallelism_threads,
+             threading.set_inter_op_parallelism_threads)):
+        if not value or current() == value:
+            continue
+        try:
+            setter(value)
+        except RuntimeError:
+            raise ConfigError(f"strategy.{name}={value} cannot be applied: TensorFlow is "
+                              f"already initialised in this process") from None
 
 
 @gin.configurable("strategy")
 def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
                   tpu: Optional[str] = None, intra_op_threads: int = 0,
-                  min_shard_bytes: int = 1 << 20) -> tf.distribute.Strategy:
+                  inter_op_threads: int = 0, min_shard_bytes: int = 1 << 20) -> tf.distribute.Strategy:
     """Builds the strategy named by `strategy.kind`.
 
     Args:
@@ -69,13 +77,14 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
       tpu: TPU name or grpc address for `tpu` ("" or "local" on a TPU VM).
       intra_op_threads: threads per op in this process (0: TensorFlow's
         default, all cores). Set 1 when several processes share a machine.
+      inter_op_threads: ops run at once in this process (0: TensorFlow's default,
+        all cores); with intra_op_threads, what caps a process's cores.
       min_shard_bytes: `parameter_server` only: variables larger than this are
         split over the parameter servers (at most one shard per server).
     """
     if kind not in KINDS:
         raise ConfigError(f"strategy.kind={kind!r} is unknown; choose one of {list(KINDS)}")
-    if intra_op_threads:
-        set_threads(intra_op_threads)
+    set_threads(intra_op_threads, inter_op_threads)
     gpus = tf.config.list_physical_devices("GPU")
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")

@@ -28,14 +28,13 @@ import time
 from typing import Dict, List
 
 from absl import logging
-import gin
 import numpy as np
 import tensorflow as tf
 
 from paragan_tf.data import pipeline
 from paragan_tf.distribute import cluster
-from paragan_tf.errors import ConfigError
 from paragan_tf.train import checkpoints
+from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as sync_loop
 from paragan_tf.train import preemption
@@ -44,22 +43,6 @@ from paragan_tf.train import step as step_lib
 
 class ParameterServerLost(RuntimeError):
     """A parameter server (or every worker) stopped answering; relaunch to resume."""
-
-
-@gin.configurable("async_train")
-def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0) -> dict:
-    """Options of the asynchronous trainer.
-
-    Args:
-      max_staleness: rounds (d_steps D closures + one G closure) in flight at once;
-        1 is ParaGAN's one-step staleness, larger keeps fast workers busy longer
-        when one straggles.
-      stall_timeout_secs: no round finished for this long: fail rather than hang
-        (a parameter server or all workers unreachable without a broken connection).
-    """
-    if max_staleness < 1:
-        raise ConfigError(f"async_train.max_staleness={max_staleness} must be >= 1")
-    return dict(max_staleness=max_staleness, stall_timeout_secs=stall_timeout_secs)
 
 
 def _noise(index: tf.Tensor, seed: int, batch: int, dim_z: int, classes: List[int]):
@@ -92,7 +75,7 @@ class _Watchdog(threading.Thread):
 def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
     cfg, strategy = exp.config, exp.strategy
-    options = async_config()
+    options = config_lib.async_config()
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     tf.io.gfile.makedirs(model_dir)
     ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, True, 0, **exp.trackables())
@@ -170,10 +153,15 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
             finish_oldest()
 
     spec = cluster.resolver().cluster_spec().as_dict()
+    # Partitioned variables show up as their shards, named <variable>/part_<i>.
+    variables = [v for m in (exp.generator, exp.discriminator) for v in m.variables]
+    placement = collections.Counter(v.device.split("/device:")[0] for v in variables)
+    sharded = {v.name.split("/part_")[0] for v in variables if "/part_" in v.name}
     logging.info("asynchronous training of %s from round %d to %d on %d worker(s), %d ps; "
-                 "batch %d per closure, max staleness %d", exp.source.name, start,
+                 "batch %d per closure, max staleness %d; G and D variables per task %s, "
+                 "%d of them split across parameter servers", exp.source.name, start,
                  cfg.total_steps, len(spec.get("worker", [])), len(spec.get("ps", [])), batch,
-                 options["max_staleness"])
+                 options["max_staleness"], dict(placement), len(sharded))
     metrics: Dict[str, float] = {}
     t_begin = t_window = time.perf_counter()
     window_start = start

@@ -1,4 +1,4 @@
-"""Trainer options (`train.*` in gin) and their start-up checks."""
+"""Trainer options (`train.*` and `async_train.*` in gin) and their start-up checks."""
 
 from __future__ import annotations
 
@@ -86,3 +86,19 @@ def check_batch(config: TrainConfig, num_replicas: int) -> None:
         raise ConfigError(
             f"train.batch_size={config.batch_size} is not divisible by the {num_replicas} "
             f"replicas of this strategy; use a multiple of {num_replicas}")
+
+
+@gin.configurable("async_train")
+def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0) -> dict:
+    """Options of the asynchronous trainer.
+
+    Args:
+      max_staleness: rounds (d_steps D closures + one G closure) in flight at once;
+        1 is ParaGAN's one-step staleness, larger keeps fast workers busy longer
+        when one straggles.
+      stall_timeout_secs: no round finished for this long: fail rather than hang
+        (a parameter server or all workers unreachable without a broken connection).
+    """
+    if max_staleness < 1:
+        raise ConfigError(f"async_train.max_staleness={max_staleness} must be >= 1")
+    return dict(max_staleness=max_staleness, stall_timeout_secs=stall_timeout_secs)

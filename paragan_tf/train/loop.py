@@ -83,8 +83,12 @@ def _make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
             noise = [next(noise_it) for _ in range(gan_step.noise_batches_per_step)]
             with tf.control_dependencies(tf.nest.flatten(
                     strategy.experimental_local_results((real, noise)))):
-                wait += tf.timestamp() - start
-            metrics = reduce(strategy.run(gan_step, args=(real, noise)))
+                arrived = tf.timestamp()
+            wait += arrived - start
+            # The step waits for the timestamp (it waits for the inputs anyway): with
+            # one inter-op thread the executor could otherwise run the step first.
+            with tf.control_dependencies([arrived]):
+                metrics = reduce(strategy.run(gan_step, args=(real, noise)))
             exp.ema.update(exp.step)
             exp.step.assign_add(1)
             totals = {k: totals[k] + tf.cast(metrics[k], tf.float32) for k in totals}

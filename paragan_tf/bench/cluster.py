@@ -1,0 +1,95 @@
+"""Cluster benchmarks: weak scaling of synchronous training, and stragglers, sync vs async.
+
+Each measurement launches a real local cluster (distribute/launcher.py), trains
+the benchmark model (gin/bench_cluster.gin) and reads the chief's
+train_result.json: `perf/images_per_sec` over the last `log_every` steps, so
+start-up and tracing are left out. Every task gets one intra- and one
+inter-op thread: on this 2-core machine each worker then has one core.
+
+scaling    images/s of 1 worker vs 2 workers under MultiWorkerMirroredStrategy,
+           per-worker batch fixed (weak scaling); efficiency = t2 / (2 t1).
+straggler  2 workers, worker:1 paused `slow_fraction` of the time (a machine
+           running at 1 - slow_fraction of its speed): synchronous
+           MultiWorkerMirrored vs asynchronous parameter-server training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Callable, Dict, List, Optional
+
+from paragan_tf.distribute import launcher
+
+CONFIG = "gin/bench_cluster.gin"
+MWMS = "strategy.kind='multi_worker_mirrored'"
+PS = "strategy.kind='parameter_server'"
+
+
+def _run(name: str, work_dir: str, progress: Callable[[str], None], bindings: List[str],
+         **launch) -> Dict[str, float]:
+    model_dir = os.path.join(work_dir, name)
+    log_path = model_dir + ".log"
+    progress(f"{name}: training (log: {log_path})")
+    with open(log_path, "w") as log:
+        code = launcher.launch(launcher.LaunchConfig(
+            model_dir=model_dir, gin_files=[CONFIG], gin_bindings=bindings,
+            threads_per_task=1, **launch), stream=log, handle_signals=False)
+    if code != 0:
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError(f"benchmark run {name} failed with exit code {code}:\n{tail}")
+    with open(os.path.join(model_dir, "train_result.json")) as f:
+        result = json.load(f)
+    progress(f"{name}: {result['perf/images_per_sec']:.1f} images/s")
+    return result
+
+
+def _steps(steps: int, log_every: int) -> List[str]:
+    return [f"train.total_steps={steps}", f"train.log_every={log_every}"]
+
+
+def scaling(per_worker_batch: int = 32, steps: int = 20, progress=print,
+            work_dir: Optional[str] = None) -> dict:
+    """Weak scaling, 1 -> 2 workers under MultiWorkerMirroredStrategy."""
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        runs = {}
+        for workers in (1, 2):
+            runs[workers] = _run(
+                f"mwms_{workers}", tmp, progress,
+                [MWMS, f"train.batch_size={per_worker_batch * workers}"]
+                + _steps(steps, steps // 2), num_workers=workers)
+    t1, t2 = (runs[w]["perf/images_per_sec"] for w in (1, 2))
+    return {"suite": "scaling", "config": CONFIG, "per_worker_batch": per_worker_batch,
+            "steps": steps, "throughput_1": t1, "throughput_2": t2,
+            "efficiency": t2 / (2 * t1),
+            "input_wait_frac_1": runs[1].get("perf/input_wait_frac"),
+            "input_wait_frac_2": runs[2].get("perf/input_wait_frac")}
+
+
+def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float = 0.5,
+              max_staleness: int = 4, progress=print, work_dir: Optional[str] = None) -> dict:
+    """2 workers, one at (1 - slow_fraction) speed: sync MWMS vs async parameter server."""
+    slow = dict(num_workers=2, slow_task="worker:1", slow_fraction=slow_fraction)
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        sync = _run("sync", tmp, progress,
+                    [MWMS, f"train.batch_size={2 * per_worker_batch}"]
+                    + _steps(steps, steps // 2), **slow)
+        # Async: a round is d_steps D closures + 1 G closure of per_worker_batch each,
+        # so twice the rounds of the sync run train on the same number of images.
+        asynchronous = _run("async", tmp, progress,
+                            [PS, f"train.batch_size={per_worker_batch}",
+                             f"async_train.max_staleness={max_staleness}"]
+                            + _steps(2 * steps, steps), num_ps=1, **slow)
+        with open(os.path.join(tmp, "async", "async_workers.json")) as f:
+            closures = json.load(f)["closures_by_process"]
+    s, a = sync["perf/images_per_sec"], asynchronous["perf/images_per_sec"]
+    return {"suite": "straggler", "config": CONFIG, "per_worker_batch": per_worker_batch,
+            "slow_task": "worker:1", "slow_fraction": slow_fraction,
+            "max_staleness": max_staleness, "sync_images_per_sec": s,
+            "async_images_per_sec": a, "async_over_sync": a / s,
+            "async_closures_by_worker_process": closures}
+
+
+SUITES = {"scaling": scaling, "straggler": straggler}

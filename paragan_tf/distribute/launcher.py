@@ -1,0 +1,241 @@
+"""Runs a training cluster on this machine: one real process per task, on 127.0.0.1.
+
+Every task runs bin/train.py with the same gin files and bindings and its own
+TF_CONFIG (free ports on 127.0.0.1). Output lines are prefixed with the task
+("[worker:1] ..."). Parameter-server workers that die are restarted, as a
+cluster manager would (TensorFlow re-admits them). The run ends when the
+training tasks end (the chief when there is one, else every worker); the
+exit code is non-zero if any of them failed. SIGINT/SIGTERM are passed on to
+the training tasks (they save a checkpoint); after `grace_secs` the rest are
+killed. `model_dir/launch.json` names each task's current pid.
+
+Used by bin/launch_local.py and by the cluster benchmarks (bin/bench.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Optional, TextIO
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(REPO, "bin", "train.py")
+
+
+@dataclasses.dataclass
+class LaunchConfig:
+    model_dir: str
+    gin_files: List[str] = dataclasses.field(default_factory=list)
+    gin_bindings: List[str] = dataclasses.field(default_factory=list)
+    mode: str = "cluster"  # "cluster" (one TF cluster) or "per_class" (independent processes)
+    num_workers: int = 2
+    num_ps: int = 0
+    chief: Optional[bool] = None  # default: a chief (the coordinator) when num_ps > 0
+    num_groups: int = 2  # per_class mode
+    threads_per_task: int = 0  # intra- and inter-op; 0: the cores divided among compute tasks
+    max_restarts: int = 3  # per parameter-server worker
+    grace_secs: float = 60.0
+    slow_task: Optional[str] = None  # e.g. "worker:1": paused `slow_fraction` of the time
+    slow_fraction: float = 0.5
+
+    def check(self) -> None:
+        if self.mode not in ("cluster", "per_class"):
+            raise ValueError(f"mode={self.mode!r} must be cluster or per_class")
+        if self.num_workers < 1 or self.num_ps < 0 or self.num_groups < 1:
+            raise ValueError("num_workers and num_groups must be >= 1, num_ps >= 0")
+        if not 0.0 <= self.slow_fraction < 1.0:
+            raise ValueError(f"slow_fraction={self.slow_fraction} must be in [0, 1)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent():
+    # Children get SIGKILL if the launcher dies, so no orphaned server holds a port.
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class _Output:
+    """Serialises prefixed lines from many threads onto one stream."""
+
+    def __init__(self, stream: TextIO):
+        self.stream, self.lock = stream, threading.Lock()
+
+    def line(self, prefix: str, text: str) -> None:
+        with self.lock:
+            self.stream.write(f"[{prefix}] {text.rstrip()}\n")
+            self.stream.flush()
+
+
+class Task:
+    """One child process and the thread that streams its prefixed output."""
+
+    def __init__(self, name: str, argv: List[str], env: Dict[str, str], restartable: bool,
+                 output: _Output):
+        self.name, self.argv, self.env, self.restartable = name, argv, env, restartable
+        self.output = output
+        self.restarts = 0
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.argv, env=self.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, bufsize=1, preexec_fn=_die_with_parent)
+        self.output.line("launch", f"started {self.name} (pid {self.process.pid})")
+        threading.Thread(target=self._stream, args=(self.process,), daemon=True).start()
+
+    def _stream(self, process: subprocess.Popen) -> None:
+        for line in process.stdout:
+            self.output.line(self.name, line)
+
+    def poll(self) -> Optional[int]:
+        return self.process.poll()
+
+    @property
+    def job(self) -> str:
+        return self.name.split(":")[0]
+
+
+class Throttle(threading.Thread):
+    """Pauses a task (SIGSTOP/SIGCONT) `fraction` of every 0.2 s: a machine that slow."""
+
+    PERIOD = 0.2
+
+    def __init__(self, task: Task, fraction: float):
+        super().__init__(daemon=True, name=f"throttle-{task.name}")
+        self.task, self.fraction = task, fraction
+
+    def run(self):
+        while True:
+            process = self.task.process
+            if process.poll() is None:
+                try:
+                    process.send_signal(signal.SIGSTOP)
+                    time.sleep(self.PERIOD * self.fraction)
+                finally:
+                    process.send_signal(signal.SIGCONT)
+            time.sleep(self.PERIOD * (1 - self.fraction))
+
+
+def _tasks(config: LaunchConfig, output: _Output) -> List[Task]:
+    compute = config.num_groups if config.mode == "per_class" else config.num_workers
+    threads = config.threads_per_task or max(1, (os.cpu_count() or 1) // compute)
+    argv = [sys.executable, TRAIN] + [f"--gin_file={f}" for f in config.gin_files]
+    # Ours first, so the caller's bindings override them.
+    argv += [f"--gin_bindings=strategy.intra_op_threads={threads}",
+             f"--gin_bindings=strategy.inter_op_threads={threads}"]
+    argv += [f"--gin_bindings={b}" for b in config.gin_bindings]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TF_CONFIG", None)
+    if config.mode == "per_class":
+        return [Task(f"group:{g}", argv + [
+            f"--model_dir={os.path.join(config.model_dir, f'group_{g}')}",
+            f"--gin_bindings=per_class.group={g}",
+            f"--gin_bindings=per_class.num_groups={config.num_groups}"], env, False, output)
+            for g in range(config.num_groups)]
+    jobs = {"worker": config.num_workers}
+    if config.chief if config.chief is not None else config.num_ps > 0:
+        jobs["chief"] = 1
+    if config.num_ps:
+        jobs["ps"] = config.num_ps
+    spec = {job: [f"127.0.0.1:{free_port()}" for _ in range(n)] for job, n in jobs.items()}
+    tasks = []
+    for job, addresses in spec.items():
+        for index in range(len(addresses)):
+            tf_config = json.dumps({"cluster": spec, "task": {"type": job, "index": index}})
+            # Parameter-server workers are stateless servers: restart them.
+            restartable = config.num_ps > 0 and job == "worker"
+            tasks.append(Task(f"{job}:{index}", argv + [f"--model_dir={config.model_dir}"],
+                              dict(env, TF_CONFIG=tf_config), restartable, output))
+    return tasks
+
+
+def _write_pids(model_dir: str, tasks: List[Task]) -> None:
+    path = os.path.join(model_dir, "launch.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump({t.name: t.process.pid for t in tasks}, f)
+    os.replace(path + ".tmp", path)
+
+
+def launch(config: LaunchConfig, stream: TextIO = sys.stdout,
+           handle_signals: bool = True) -> int:
+    """Runs the cluster to completion; returns 0, or the failing training task's exit code."""
+    config.check()
+    os.makedirs(config.model_dir, exist_ok=True)
+    output = _Output(stream)
+    say = lambda message: output.line("launch", message)  # noqa: E731
+    tasks = _tasks(config, output)
+    has_chief = any(t.job == "chief" for t in tasks)
+    training = [t for t in tasks if t.job in (("chief", "group") if has_chief
+                                              else ("worker", "group"))]
+    for task in tasks:
+        task.start()
+    _write_pids(config.model_dir, tasks)
+    if config.slow_task:
+        slow = [t for t in tasks if t.name == config.slow_task]
+        if not slow:
+            raise ValueError(f"slow_task={config.slow_task} is not one of "
+                             f"{[t.name for t in tasks]}")
+        Throttle(slow[0], config.slow_fraction).start()
+
+    stopping: List[float] = []
+
+    def on_signal(signum, frame):
+        del frame
+        if stopping:
+            return
+        say(f"signal {signum}: asking the training tasks to checkpoint and stop")
+        stopping.append(time.monotonic())
+        for t in training:
+            if t.poll() is None:
+                t.process.send_signal(signal.SIGTERM)
+    if handle_signals:
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+
+    while any(t.poll() is None for t in training):
+        for t in tasks:
+            code = t.poll()
+            if code is None or t in training or stopping:
+                continue
+            if t.restartable and t.restarts < config.max_restarts:
+                t.restarts += 1
+                say(f"{t.name} exited with {code}; restarting ({t.restarts}/"
+                    f"{config.max_restarts})")
+                t.start()
+                _write_pids(config.model_dir, tasks)
+        if stopping and time.monotonic() - stopping[0] > config.grace_secs:
+            say("grace period over: killing the remaining tasks")
+            break
+        time.sleep(0.2)
+    for t in tasks:  # servers never exit on their own
+        if t.poll() is None:
+            t.process.send_signal(signal.SIGCONT)
+            t.process.terminate()
+    deadline = time.monotonic() + 10
+    for t in tasks:
+        try:
+            t.process.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            t.process.kill()
+            t.process.wait()
+    time.sleep(0.2)  # let the output threads drain
+    codes = {t.name: t.poll() for t in training}
+    say(f"training tasks exited: {codes}")
+    failed = {name: code for name, code in codes.items() if code != 0}
+    if not failed:
+        return 0
+    say(f"failed: {failed}")
+    code = next(iter(failed.values()))
+    return code if code > 0 else 1  # killed by a signal: plain failure
