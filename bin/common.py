@@ -37,9 +37,8 @@ def exit_now(code: int) -> NoReturn:
     """Flushes our output, then exits without running TensorFlow's destructors.
 
     Called once the checkpoint and summaries are written. Tearing down tf.data
-    iterators can block: once in three 11-minute default runs here the
-    iterator destructor waited 58 s on a tf.data thread after the final
-    checkpoint. A preempted job has a short grace period, so we do not wait.
+    iterators can block (58 s once after an 11-minute default run here, see
+    train/loop.py); a preempted job has a short grace period, so we do not wait.
     """
     logging.flush()
     sys.stdout.flush()

@@ -72,86 +72,101 @@ class _Watchdog(threading.Thread):
                 os._exit(3)  # pylint: disable=protected-access
 
 
-def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
-    """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
-    cfg, strategy = exp.config, exp.strategy
-    options = config_lib.async_config()
-    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-    tf.io.gfile.makedirs(model_dir)
-    ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, True, 0, **exp.trackables())
-    restored = ckpt.restore_latest()
-    start = int(exp.step.numpy())
-    if restored:
-        logging.info("resumed from %s at round %d", restored, start)
-    writer = tf.summary.create_file_writer(model_dir)
-    sync_loop.write_config(model_dir, writer)
+class _Closures:
+    """The D-update and G-update closures of the workers, and their per-worker input."""
 
-    k, batch = cfg.accumulation, cfg.batch_size
-    dim_z, classes = exp.generator.dim_z, exp.classes
-    gan_step = step_lib.GANStep(
-        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
-        step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg))
-    real_fn = pipeline.real_input_fn(exp.source, exp.data, batch, cfg.seed * 1_000_003 + start,
-                                     per_process_offset=True, classes=classes)
-    real_it = iter(coordinator.create_per_worker_dataset(
-        lambda: strategy.distribute_datasets_from_function(real_fn)))
-    d_seed, g_seed = cfg.seed * 2 + 1, cfg.seed * 2 + 2
+    def __init__(self, exp: experiment_lib.Experiment, coordinator, start: int):
+        cfg, strategy = exp.config, exp.strategy
+        k, batch, d_steps = cfg.accumulation, cfg.batch_size, cfg.d_steps
+        dim_z, classes = exp.generator.dim_z, exp.classes
+        gan_step = step_lib.GANStep(
+            exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
+            step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg))
+        real_fn = pipeline.real_input_fn(exp.source, exp.data, batch,
+                                         cfg.seed * 1_000_003 + start,
+                                         per_process_offset=True, classes=classes)
+        real_it = iter(coordinator.create_per_worker_dataset(
+            lambda: strategy.distribute_datasets_from_function(real_fn)))
+        d_seed, g_seed = cfg.seed * 2 + 1, cfg.seed * 2 + 2
 
-    @tf.function(autograph=False)
-    def d_closure(iterator, index):
-        real = [next(iterator) for _ in range(k)]
-        noise = [_noise(index * k + i, d_seed, batch, dim_z, classes) for i in range(k)]
+        @tf.function(autograph=False)
+        def d_closure(iterator, index):
+            real = [next(iterator) for _ in range(k)]
+            noise = [_noise(index * k + i, d_seed, batch, dim_z, classes) for i in range(k)]
 
-        def update(real, noise):
-            loss, grads, real_sum, fake_sum = gan_step.d_gradients(real, noise)
-            return {"loss/D": loss, "grad_norm/D": gan_step.apply_d(grads),
-                    "logits/real": real_sum / float(batch * k),
-                    "logits/fake": fake_sum / float(batch * k)}
-        out = strategy.run(update, args=(real, noise))
-        return dict(out, process=cluster.process_id())
+            def update(real, noise):
+                loss, grads, real_sum, fake_sum = gan_step.d_gradients(real, noise)
+                return {"loss/D": loss, "grad_norm/D": gan_step.apply_d(grads),
+                        "logits/real": real_sum / float(batch * k),
+                        "logits/fake": fake_sum / float(batch * k)}
+            return dict(strategy.run(update, args=(real, noise)), process=cluster.process_id())
 
-    @tf.function(autograph=False)
-    def g_closure(index):
-        noise = [_noise(index * k + i, g_seed, batch, dim_z, classes) for i in range(k)]
+        @tf.function(autograph=False)
+        def g_closure(index):
+            noise = [_noise(index * k + i, g_seed, batch, dim_z, classes) for i in range(k)]
 
-        def update(noise):
-            loss, grads = gan_step.g_gradients(noise)
-            return {"loss/G": loss, "grad_norm/G": gan_step.apply_g(grads)}
-        out = strategy.run(update, args=(noise,))
-        exp.ema.update(index)
-        return dict(out, process=cluster.process_id())
+            def update(noise):
+                loss, grads = gan_step.g_gradients(noise)
+                return {"loss/G": loss, "grad_norm/G": gan_step.apply_g(grads)}
+            out = strategy.run(update, args=(noise,))
+            exp.ema.update(index)  # G update number `index`
+            return dict(out, process=cluster.process_id())
 
-    inflight = collections.deque()  # (round, [RemoteValue]) oldest first
-    window = collections.defaultdict(list)
-    by_process = collections.Counter()
-    finished = start
-    watchdog = _Watchdog(options["stall_timeout_secs"])
-    watchdog.start()
+        def schedule(round_index: int) -> list:
+            values = [coordinator.schedule(d_closure, args=(
+                real_it, tf.constant(round_index * d_steps + j, tf.int64)))
+                for j in range(d_steps)]
+            values.append(coordinator.schedule(
+                g_closure, args=(tf.constant(round_index, tf.int64),)))
+            return values
+        self.schedule = schedule
 
-    def finish_oldest():
-        nonlocal finished
-        _, values = inflight.popleft()
-        for value in values:
+
+class _InFlight:
+    """Scheduled rounds, oldest first; finishing one collects its closures' metrics."""
+
+    def __init__(self, exp: experiment_lib.Experiment, finished: int, watchdog: _Watchdog):
+        self.exp, self.finished, self.watchdog = exp, finished, watchdog
+        self.rounds = collections.deque()
+        self.window = collections.defaultdict(list)
+        self.by_process = collections.Counter()
+
+    def __len__(self) -> int:
+        return len(self.rounds)
+
+    def add(self, values: list) -> None:
+        self.rounds.append(values)
+
+    def finish_oldest(self) -> None:
+        for value in self.rounds.popleft():
             try:
                 out = value.fetch()
             except tf.errors.UnavailableError:
                 # A finished closure's outputs stay on its worker until fetched; if
                 # that worker died since, its update is applied but its metrics are
                 # gone. Only a lost parameter server is fatal: probe one.
-                exp.step.numpy()
+                self.exp.step.numpy()
                 logging.warning("metrics of a finished closure were lost with its worker")
-                by_process["lost"] += 1
+                self.by_process["lost"] += 1
                 continue
-            by_process[out.pop("process").decode()] += 1
+            self.by_process[out.pop("process").decode()] += 1
             for key, metric in out.items():
-                window[key].append(metric)
-        finished += 1
-        watchdog.last = time.monotonic()
+                self.window[key].append(metric)
+        self.finished += 1
+        self.watchdog.last = time.monotonic()
 
-    def drain():
-        while inflight:
-            finish_oldest()
+    def drain(self) -> None:
+        while self.rounds:
+            self.finish_oldest()
 
+    def take_window(self) -> Dict[str, float]:
+        """Mean metrics of the rounds finished since the last call."""
+        metrics = {key: float(np.mean(v)) for key, v in self.window.items()}
+        self.window.clear()
+        return metrics
+
+
+def _describe(exp: experiment_lib.Experiment, start: int, max_staleness: int) -> None:
     spec = cluster.resolver().cluster_spec().as_dict()
     # Partitioned variables show up as their shards, named <variable>/part_<i>.
     variables = [v for m in (exp.generator, exp.discriminator) for v in m.variables]
@@ -160,8 +175,29 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     logging.info("asynchronous training of %s from round %d to %d on %d worker(s), %d ps; "
                  "batch %d per closure, max staleness %d; G and D variables per task %s, "
                  "%d of them split across parameter servers", exp.source.name, start,
-                 cfg.total_steps, len(spec.get("worker", [])), len(spec.get("ps", [])), batch,
-                 options["max_staleness"], dict(placement), len(sharded))
+                 exp.config.total_steps, len(spec.get("worker", [])), len(spec.get("ps", [])),
+                 exp.config.batch_size, max_staleness, dict(placement), len(sharded))
+
+
+def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
+    """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
+    cfg = exp.config
+    options = config_lib.async_config()
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)
+    tf.io.gfile.makedirs(model_dir)
+    ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, True, 0, **exp.trackables())
+    restored = ckpt.restore_latest()
+    start = int(exp.step.numpy())
+    if restored:
+        logging.info("resumed from %s at round %d", restored, start)
+    writer = tf.summary.create_file_writer(model_dir)
+    sync_loop.write_config(model_dir, writer)
+    closures = _Closures(exp, coordinator, start)
+    watchdog = _Watchdog(options["stall_timeout_secs"])
+    watchdog.start()
+    inflight = _InFlight(exp, start, watchdog)
+    _describe(exp, start, options["max_staleness"])
+
     metrics: Dict[str, float] = {}
     t_begin = t_window = time.perf_counter()
     window_start = start
@@ -170,25 +206,21 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
             rounds = start
             while rounds < cfg.total_steps and flag.signum is None:
                 while len(inflight) >= options["max_staleness"]:
-                    finish_oldest()
-                index = tf.constant(rounds, tf.int64)
-                values = [coordinator.schedule(
-                    d_closure, args=(real_it, tf.constant(rounds * cfg.d_steps + j, tf.int64)))
-                    for j in range(cfg.d_steps)]
-                values.append(coordinator.schedule(g_closure, args=(index,)))
-                inflight.append((rounds, values))
+                    inflight.finish_oldest()
+                inflight.add(closures.schedule(rounds))
                 rounds += 1
                 at_log = rounds % cfg.log_every == 0 or rounds == cfg.total_steps
                 at_ckpt = rounds % cfg.checkpoint_every == 0 or rounds == cfg.total_steps
                 if not (at_log or at_ckpt or flag.signum is not None):
                     continue
-                drain()  # exact boundaries: every scheduled round has finished
+                inflight.drain()  # exact boundaries: every scheduled round has finished
+                finished = inflight.finished
                 exp.step.assign(finished)
                 if at_log:
-                    elapsed = time.perf_counter() - t_window
-                    metrics = {key: float(np.mean(v)) for key, v in window.items()}
-                    metrics["perf/images_per_sec"] = (
-                        (finished - window_start) * cfg.real_images_per_step / elapsed)
+                    metrics = inflight.take_window()
+                    metrics["perf/images_per_sec"] = ((finished - window_start) *
+                                                      cfg.real_images_per_step /
+                                                      (time.perf_counter() - t_window))
                     metrics["async/repeated_g_updates"] = float(
                         int(exp.g_optimizer.iterations.numpy()) - finished)
                     with writer.as_default():
@@ -198,8 +230,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                                  "closures by worker process %s", finished, cfg.total_steps,
                                  metrics.get("loss/D", float("nan")),
                                  metrics.get("loss/G", float("nan")),
-                                 metrics["perf/images_per_sec"], dict(by_process))
-                    window.clear()
+                                 metrics["perf/images_per_sec"], dict(inflight.by_process))
                     t_window, window_start = time.perf_counter(), finished
                 if at_ckpt or flag.signum is not None:
                     logging.info("checkpoint: %s", ckpt.save(finished))
@@ -208,14 +239,15 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                         exp, model_dir, finished, writer))
             if flag.signum is not None:
                 writer.flush()
-                raise preemption.Interrupted(flag.signum, finished)
+                raise preemption.Interrupted(flag.signum, inflight.finished)
     except (tf.errors.UnavailableError, tf.errors.CancelledError,
             tf.errors.AbortedError) as e:
         raise ParameterServerLost(
-            f"lost the cluster at round {finished} ({type(e).__name__}: "
+            f"lost the cluster at round {inflight.finished} ({type(e).__name__}: "
             f"{str(e).strip().splitlines()[0][:200]}); a parameter server is down or "
             f"unreachable; relaunch every task to resume from "
             f"{ckpt.latest or 'the start (no checkpoint yet)'}") from None
+    finished = inflight.finished
     if ckpt.saved_step != finished:
         exp.step.assign(finished)
         ckpt.save(finished)
@@ -225,5 +257,6 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     metrics.update(step=finished, wall_seconds=time.perf_counter() - t_begin)
     sync_loop.write_result(model_dir, metrics)
     with tf.io.gfile.GFile(os.path.join(model_dir, "async_workers.json"), "w") as f:
-        json.dump({"closures_by_process": dict(by_process)}, f, indent=1)
+        json.dump({"closures_by_process": dict(inflight.by_process)}, f, indent=1)
+    exp.inputs.extend([coordinator, closures])
     return metrics

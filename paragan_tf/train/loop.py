@@ -248,6 +248,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     metrics.update(step=step, wall_seconds=time.perf_counter() - t_begin)
     if is_chief:
         write_result(model_dir, metrics)
+    exp.inputs.extend([real_it, noise_it])
     return metrics
 
 
