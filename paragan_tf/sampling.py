@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf import images as images_lib
+from paragan_tf.data import class_groups
 from paragan_tf.models import layers
 
 
@@ -45,8 +46,7 @@ def refresh_bn_statistics(generator: keras.Model, num_classes: int, num_batches:
     Python attribute read at call time. `classes`: the labels G was trained on
     (per-class training), default all.
     """
-    table = tf.constant(list(classes) if classes is not None else list(range(num_classes)),
-                        tf.int32)
+    classes = list(classes) if classes is not None else list(range(num_classes))
     norms = [m for m in generator.submodules if isinstance(m, layers.ConditionalBatchNorm)]
     saved = [bn.momentum for bn in norms]
     try:
@@ -54,8 +54,7 @@ def refresh_bn_statistics(generator: keras.Model, num_classes: int, num_batches:
             for bn in norms:
                 bn.momentum = i / (i + 1.0)  # batch i gets weight 1/(i+1): an equal average
             z = latents(batch_size, generator.dim_z, seed + i)
-            labels = tf.gather(table, tf.random.stateless_uniform(
-                [batch_size], [seed, i], 0, table.shape[0], tf.int32))
+            labels = class_groups.draw_labels(classes, [batch_size], [seed, i])
             generator((z, labels), training=True)
     finally:
         for bn, momentum in zip(norms, saved):

@@ -10,10 +10,11 @@ assembles one grid from their checkpoints.
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Sequence
 
 import gin
 import numpy as np
+import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
 
@@ -36,3 +37,9 @@ def classes_for(num_classes: int, group: int = -1, num_groups: int = 1) -> List[
     if not 0 <= group < num_groups:
         raise ConfigError(f"per_class.group={group} must be in [0, {num_groups})")
     return [int(c) for c in np.array_split(np.arange(num_classes), num_groups)[group]]
+
+
+def draw_labels(classes: Sequence[int], shape, seed) -> tf.Tensor:
+    """int32 labels of `shape`, uniform over `classes`, a pure function of the stateless `seed`."""
+    table = tf.constant(list(classes), tf.int32)
+    return tf.gather(table, tf.random.stateless_uniform(shape, seed, 0, len(classes), tf.int32))

@@ -19,6 +19,7 @@ from typing import Callable, Optional, Sequence
 import gin
 import tensorflow as tf
 
+from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
 from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
@@ -148,12 +149,10 @@ def noise_input_fn(dim_z: int, num_classes: int, global_batch_size: int, seed: i
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = ctx.get_per_replica_batch_size(global_batch_size)
         key = tf.constant([seed, 7919 * ctx.input_pipeline_id + 1], tf.int64)
-        table = tf.constant(labels, tf.int32)
 
         def example(i):
             z = tf.random.stateless_normal([dim_z], tf.stack([key[0] + i, key[1]]))
-            label = tf.gather(table, tf.random.stateless_uniform(
-                [], tf.stack([key[1], key[0] + i]), 0, table.shape[0], tf.int32))
+            label = class_groups.draw_labels(labels, [], tf.stack([key[1], key[0] + i]))
             return z, label
         ds = tf.data.Dataset.counter().map(example, num_parallel_calls=tf.data.AUTOTUNE,
                                            deterministic=True)

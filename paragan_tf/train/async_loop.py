@@ -31,6 +31,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf.data import class_groups
 from paragan_tf.data import pipeline
 from paragan_tf.distribute import cluster
 from paragan_tf.train import checkpoints
@@ -49,9 +50,7 @@ def _noise(index: tf.Tensor, seed: int, batch: int, dim_z: int, classes: List[in
     """The noise of closure `index`: a pure function, so a re-run closure sees the same."""
     key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
     z = tf.random.stateless_normal([batch, dim_z], key)
-    labels = tf.gather(tf.constant(classes, tf.int32), tf.random.stateless_uniform(
-        [batch], key + 1, 0, len(classes), tf.int32))
-    return z, labels
+    return z, class_groups.draw_labels(classes, [batch], key + 1)
 
 
 class _Watchdog(threading.Thread):
