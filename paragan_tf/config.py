@@ -11,7 +11,8 @@ from typing import Sequence
 
 import gin
 
-from paragan_tf import losses  # noqa: F401  (registers configurables)
+from paragan_tf import layout  # noqa: F401  (registers configurables)
+from paragan_tf import losses  # noqa: F401
 from paragan_tf.data import pipeline  # noqa: F401
 from paragan_tf.distribute import strategy  # noqa: F401
 from paragan_tf.errors import ConfigError

@@ -27,7 +27,10 @@ def test_gin_file_parses_and_builds(path):
     assert first.startswith("# Reproduces:"), f"{path} must open with what it reproduces"
     # Small widths so building every experiment stays cheap, and one device: multi-process
     # strategies need a cluster (tests/test_scale_out.py); every binding is still checked.
-    config_lib.parse([path], ["Generator.ch = 4", "Discriminator.ch = 4",
+    # Layouts and policies are fragments: they go on top of an experiment.
+    files = (["gin/tiny.gin", path] if path.startswith(("gin/layouts/", "gin/policies/"))
+             else [path])
+    config_lib.parse(files, ["Generator.ch = 4", "Discriminator.ch = 4",
                               "strategy.kind = 'one_device'"], finalize=False)
     exp = experiment.build(check_data=False)
     assert exp.generator.resolution == exp.data.resolution

@@ -15,6 +15,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.layout import round_up
 from paragan_tf.models import layers
 
 BOTTOM_WIDTH = 4
@@ -36,6 +37,11 @@ D_ARCH = {
     256: ([1, 2, 4, 8, 8, 16, 16], [True] * 6 + [False]),
     512: ([1, 1, 2, 4, 8, 8, 16, 16], [True] * 7 + [False]),
 }
+
+
+def _widths(multipliers, ch: int, multiple: int):
+    """Channel multipliers -> block widths: ch * multiplier, rounded up to `multiple`."""
+    return tuple([round_up(m * ch, multiple) for m in mults] for mults in multipliers)
 
 
 def _check_resolution(resolution: int, who: str) -> None:
@@ -61,18 +67,21 @@ class Generator(keras.Model):
       attention_resolutions: resolutions after whose block to self-attend.
       sync_bn: cross-replica batch statistics.
       bn_momentum: momentum of the BN moving averages used at inference.
+      channel_multiple: block widths rounded up to a multiple of this (set by the
+        layout, see layout.py).
     """
 
     def __init__(self, resolution: int = gin.REQUIRED, num_classes: int = gin.REQUIRED,
                  out_channels: int = 3, ch: int = 64, dim_z: int = 128, shared_dim: int = 0,
                  hierarchical_z: bool = False, attention_resolutions: Sequence[int] = (),
-                 sync_bn: bool = False, bn_momentum: float = 0.9, name: str = "generator"):
+                 sync_bn: bool = False, bn_momentum: float = 0.9, channel_multiple: int = 1,
+                 name: str = "generator"):
         super().__init__(name=name)
         _check_resolution(resolution, "Generator")
-        in_mult, out_mult = G_ARCH[resolution]
+        in_widths, out_widths = _widths(G_ARCH[resolution], ch, channel_multiple)
         self.resolution, self.num_classes, self.dim_z = resolution, num_classes, dim_z
         self.hierarchical_z = hierarchical_z
-        num_slots = len(in_mult) + 1 if hierarchical_z else 1
+        num_slots = len(in_widths) + 1 if hierarchical_z else 1
         if dim_z % num_slots:
             raise ConfigError(f"Generator.dim_z={dim_z} must be divisible by the {num_slots} "
                               f"hierarchical z chunks at resolution {resolution}")
@@ -82,12 +91,12 @@ class Generator(keras.Model):
         self.shared = (keras.layers.Embedding(num_classes, shared_dim, name="shared")
                        if shared_dim else None)
         conditioning = "vector" if shared_dim else "class"
-        self.linear = layers.SNDense(BOTTOM_WIDTH * BOTTOM_WIDTH * in_mult[0] * ch, name="linear")
-        self.stem_shape = (BOTTOM_WIDTH, BOTTOM_WIDTH, in_mult[0] * ch)
+        self.linear = layers.SNDense(BOTTOM_WIDTH * BOTTOM_WIDTH * in_widths[0], name="linear")
+        self.stem_shape = (BOTTOM_WIDTH, BOTTOM_WIDTH, in_widths[0])
         self.blocks, self.attention = [], []
-        for i, (cin, cout) in enumerate(zip(in_mult, out_mult)):
+        for i, (cin, cout) in enumerate(zip(in_widths, out_widths)):
             self.blocks.append(layers.GBlock(
-                cin * ch, cout * ch, upsample=True, conditioning=conditioning,
+                cin, cout, upsample=True, conditioning=conditioning,
                 num_classes=num_classes, sync_bn=sync_bn, bn_momentum=bn_momentum,
                 name=f"block{i}"))
             self.attention.append(layers.maybe_attention(
@@ -127,27 +136,31 @@ class Discriminator(keras.Model):
       num_classes: number of classes; normally taken from the dataset.
       ch: base width.
       attention_resolutions: resolutions after whose block to self-attend.
+      channel_multiple: block widths rounded up to a multiple of this (layout.py).
     """
 
     def __init__(self, resolution: int = gin.REQUIRED, num_classes: int = gin.REQUIRED,
                  ch: int = 64, attention_resolutions: Sequence[int] = (),
-                 name: str = "discriminator"):
+                 channel_multiple: int = 1, name: str = "discriminator"):
         super().__init__(name=name)
         _check_resolution(resolution, "Discriminator")
         out_mult, down = D_ARCH[resolution]
+        (widths,) = _widths((out_mult,), ch, channel_multiple)
         self.blocks, self.attention = [], []
         in_channels, size = None, resolution
-        for i, (cout, downsample) in enumerate(zip(out_mult, down)):
+        for i, (cout, downsample) in enumerate(zip(widths, down)):
             self.blocks.append(layers.DBlock(
                 # The image (in_channels None) never matches a block width: shortcut conv.
-                in_channels or 0, cout * ch, downsample=downsample,
+                in_channels or 0, cout, downsample=downsample,
                 preactivation=i > 0, name=f"block{i}"))
             size = size // 2 if downsample else size
             self.attention.append(layers.maybe_attention(size, attention_resolutions,
                                                          f"attention{i}"))
-            in_channels = cout * ch
-        self.linear = layers.SNDense(1, name="linear")
-        self.embed = layers.SNEmbedding(num_classes, in_channels, name="embed")
+            in_channels = cout
+        # The logits are computed in float32 whatever the layout (mixed precision).
+        self.linear = layers.SNDense(1, name="linear", compute_dtype="float32")
+        self.embed = layers.SNEmbedding(num_classes, in_channels, name="embed",
+                                        compute_dtype="float32")
 
     def call(self, inputs, training=False):
         images, labels = inputs

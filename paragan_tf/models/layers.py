@@ -2,7 +2,10 @@
 
 Numerics that must stay in float32 whatever the compute dtype (mixed precision):
 the spectral-norm power iteration, batch-norm statistics and the BN affine
-parameters. Layers therefore turn Keras autocasting off and cast by hand.
+parameters. These layers therefore hold plain float32 variables (a float32
+Keras policy: under mixed_bfloat16 Keras would hand out AutoCastVariables that
+read as bfloat16 inside any enclosing layer) and cast by hand to the compute
+dtype of the global policy in force when they were built (see layout.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,13 @@ import tensorflow as tf
 import tf_keras as keras
 
 _EPS = 1e-12
+
+
+def _float32_layer_kwargs(kwargs: dict, compute_dtype: Optional[str]) -> str:
+    """Forces a float32 variable policy; returns the dtype the layer computes in."""
+    kwargs["dtype"] = "float32"
+    kwargs["autocast"] = False
+    return compute_dtype or keras.mixed_precision.global_policy().compute_dtype
 
 
 def _l2_normalize(x: tf.Tensor) -> tf.Tensor:
@@ -28,8 +38,11 @@ class _SpectralNormalized(keras.layers.Layer):
     identical `u`: ONLY_FIRST_REPLICA aggregation lets each replica assign it.
     """
 
-    def __init__(self, **kwargs):
-        super().__init__(autocast=False, **kwargs)
+    def __init__(self, compute_dtype: Optional[str] = None, **kwargs):
+        # compute_dtype: None follows the global policy; "float32" keeps a layer
+        # (D's output layers) in float32 under mixed precision.
+        self.op_dtype = _float32_layer_kwargs(kwargs, compute_dtype)
+        super().__init__(**kwargs)
 
     def _build_kernel(self, shape, use_bias: bool) -> None:
         """Creates the float32 kernel (orthogonal init, as BigGAN), the bias and `u`."""
@@ -54,7 +67,7 @@ class _SpectralNormalized(keras.layers.Layer):
         if training:
             self.sn_u.assign(u_new)
         sigma = tf.squeeze(tf.matmul(tf.matmul(v, w), u_new, transpose_b=True))
-        return tf.cast(kernel / sigma, self.compute_dtype)
+        return tf.cast(kernel / sigma, self.op_dtype)
 
 
 class SNConv2D(_SpectralNormalized):
@@ -72,7 +85,7 @@ class SNConv2D(_SpectralNormalized):
         super().build(input_shape)
 
     def call(self, x, training=False):
-        x = tf.cast(x, self.compute_dtype)
+        x = tf.cast(x, self.op_dtype)
         y = tf.nn.conv2d(x, self._normalized(self.kernel, training), 1, "SAME")
         if self.bias is not None:
             y = y + tf.cast(self.bias, y.dtype)
@@ -92,7 +105,7 @@ class SNDense(_SpectralNormalized):
         super().build(input_shape)
 
     def call(self, x, training=False):
-        x = tf.cast(x, self.compute_dtype)
+        x = tf.cast(x, self.op_dtype)
         y = tf.matmul(x, self._normalized(self.kernel, training))
         if self.bias is not None:
             y = y + tf.cast(self.bias, y.dtype)
@@ -136,7 +149,8 @@ class ConditionalBatchNorm(keras.layers.Layer):
 
     def __init__(self, conditioning: str = "none", num_classes: int = 0, sync: bool = False,
                  momentum: float = 0.9, epsilon: float = 1e-4, **kwargs):
-        super().__init__(autocast=False, **kwargs)
+        self.op_dtype = _float32_layer_kwargs(kwargs, None)
+        super().__init__(**kwargs)
         if conditioning not in ("none", "class", "vector"):
             raise ValueError(f"conditioning must be none, class or vector, got {conditioning!r}")
         self.conditioning = conditioning
@@ -191,7 +205,7 @@ class ConditionalBatchNorm(keras.layers.Layer):
                 tf.cast(self.bias_linear(condition, training=training), tf.float32))
 
     def call(self, x, condition=None, training=False):
-        out_dtype = self.compute_dtype
+        out_dtype = self.op_dtype
         x = tf.cast(x, tf.float32)
         if training:
             mean, var = self._batch_moments(x)

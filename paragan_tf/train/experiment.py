@@ -14,6 +14,7 @@ from typing import List, Optional
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf import layout as layout_lib
 from paragan_tf import losses
 from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
@@ -41,6 +42,7 @@ class Experiment:
     ema: ema_lib.GeneratorEMA
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
+    layout: layout_lib.Layout
     # The trainers park their input iterators here when they finish, so the iterators
     # live as long as the run. Destroying one can block: after the final checkpoint of
     # 11-minute default runs it waited 58 s and 56 s on a tf.data thread; the binaries
@@ -70,8 +72,11 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     loss_fn = losses.loss()
     strategy = strategy or strategy_lib.make_strategy()
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
+    layout = layout_lib.choose(layout_lib.detect(strategy), strategy)
+    layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)
-    shape = dict(resolution=data.resolution, num_classes=source.num_classes)
+    shape = dict(resolution=data.resolution, num_classes=source.num_classes,
+                 channel_multiple=layout.channel_multiple)
     with strategy.scope():
         generator = biggan.Generator(out_channels=source.channels, **shape)
         discriminator = biggan.Discriminator(**shape)
@@ -79,14 +84,15 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
                                          **shape)
         biggan.build(generator, discriminator, source.channels)
         generator_ema((tf.zeros([2, generator_ema.dim_z]), tf.zeros([2], tf.int32)))
-        g_optimizer, d_optimizer = optimizers.make_optimizers()
+        g_optimizer, d_optimizer = optimizers.make_optimizers(
+            config.batch_size * config.accumulation)
         g_optimizer.build(generator.trainable_variables)
         d_optimizer.build(discriminator.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
     return Experiment(config, data, source, strategy, generator, discriminator, generator_ema,
-                      g_optimizer, d_optimizer, step, ema, loss_fn, classes)
+                      g_optimizer, d_optimizer, step, ema, loss_fn, classes, layout)
 
 
 def summary(exp: Experiment) -> dict:
@@ -107,6 +113,7 @@ def summary(exp: Experiment) -> dict:
         "trained_classes": exp.classes,
         "resolution": exp.data.resolution,
         "total_steps": exp.config.total_steps,
+        "layout": exp.layout.as_dict(),
         "data_ready": data_error is None,
         "data_error": data_error,
     }

@@ -65,6 +65,9 @@ class SignalFlag:
 def _make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
     """tf.function running n train steps; returns (mean metrics, seconds waiting for input)."""
     strategy = exp.strategy
+    # XLA compiles the per-replica step only: a compiled function cannot call
+    # next(iterator), so the iterators stay outside it (layout.py says where it works).
+    replica_step = tf.function(gan_step.__call__, jit_compile=True) if exp.layout.xla else gan_step
 
     def reduce(metrics):
         return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN if k.startswith(_MEAN_METRICS)
@@ -88,7 +91,7 @@ def _make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
             # The step waits for the timestamp (it waits for the inputs anyway): with
             # one inter-op thread the executor could otherwise run the step first.
             with tf.control_dependencies([arrived]):
-                metrics = reduce(strategy.run(gan_step, args=(real, noise)))
+                metrics = reduce(strategy.run(replica_step, args=(real, noise)))
             exp.ema.update(exp.step)
             exp.step.assign_add(1)
             totals = {k: totals[k] + tf.cast(metrics[k], tf.float32) for k in totals}

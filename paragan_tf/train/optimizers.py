@@ -1,53 +1,141 @@
-"""Per-network optimizers, configured in gin under the scopes `G/` and `D/`.
+"""The asymmetric optimization policy: one optimizer per network, configured in gin scopes.
 
     G/optimizer.learning_rate = 5e-5
     D/optimizer.learning_rate = 2e-4
+    D/optimizer.scaling_rule = 'sqrt'
 
 G and D always get separate optimizer objects (and so separate slots and
-iteration counters); the scope decides the hyper-parameters of each.
+iteration counters); the scope decides each one's class, learning rate, betas,
+schedule and batch-size scaling rule. The update ratio (D updates per G update)
+is `train.d_steps`. Policies that bundle these live in gin/policies/.
+
+The scaling manager: when the global batch differs from the batch a learning
+rate was tuned at (`reference_batch_size`; typically because the replica count
+changed), the base rate is scaled linearly or by the square root of the ratio,
+separately per network. A schedule then runs on the scaled rate: linear
+warm-up from ~0, then constant, linear or cosine decay. A schedule counts its
+own network's updates (D's optimizer counts D updates, d_steps per train step).
 """
 
 from __future__ import annotations
 
+import math
+
+from absl import logging
 import gin
+import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
 
 _CLASSES = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
             "rmsprop": keras.optimizers.RMSprop}
+SCALING_RULES = ("none", "linear", "sqrt")
+DECAYS = ("constant", "linear", "cosine")
+
+
+def scaled_learning_rate(base: float, rule: str, global_batch_size: int,
+                         reference_batch_size: int) -> float:
+    """`base` tuned at `reference_batch_size`, scaled to `global_batch_size` by `rule`."""
+    if rule == "none":
+        return base
+    ratio = global_batch_size / reference_batch_size
+    return base * (ratio if rule == "linear" else math.sqrt(ratio))
+
+
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to `peak` over `warmup_steps`, then constant, linear or cosine decay.
+
+    Decay runs over `decay_steps` updates after the warm-up, down to
+    `final_fraction * peak`, and stays there.
+    """
+
+    def __init__(self, peak: float, warmup_steps: int = 0, decay: str = "constant",
+                 decay_steps: int = 0, final_fraction: float = 0.0):
+        self.peak, self.warmup_steps, self.decay = peak, warmup_steps, decay
+        self.decay_steps, self.final_fraction = decay_steps, final_fraction
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warm = tf.minimum(1.0, (step + 1.0) / max(self.warmup_steps, 1))
+        if self.decay == "constant":
+            return self.peak * warm
+        progress = tf.clip_by_value((step - self.warmup_steps) / self.decay_steps, 0.0, 1.0)
+        if self.decay == "linear":
+            shape = 1.0 - progress
+        else:
+            shape = 0.5 * (1.0 + tf.cos(math.pi * progress))
+        return self.peak * warm * (self.final_fraction + (1.0 - self.final_fraction) * shape)
+
+    def get_config(self):
+        return dict(peak=self.peak, warmup_steps=self.warmup_steps, decay=self.decay,
+                    decay_steps=self.decay_steps, final_fraction=self.final_fraction)
 
 
 @gin.configurable("optimizer")
-def make_optimizer(network: str, name: str = "adam", learning_rate: float = gin.REQUIRED,
-                   beta_1: float = 0.0, beta_2: float = 0.999, epsilon: float = 1e-8,
-                   momentum: float = 0.0) -> keras.optimizers.Optimizer:
+def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
+                   learning_rate: float = gin.REQUIRED, beta_1: float = 0.0,
+                   beta_2: float = 0.999, epsilon: float = 1e-8, momentum: float = 0.0,
+                   scaling_rule: str = "none", reference_batch_size: int = 0,
+                   warmup_steps: int = 0, decay: str = "constant", decay_steps: int = 0,
+                   final_fraction: float = 0.0) -> keras.optimizers.Optimizer:
     """One network's optimizer.
 
     Args:
-      network: "G" or "D"; the gin scope the caller opened, used in error messages.
+      network: "G" or "D"; the gin scope the caller opened, used in messages.
+      global_batch_size: the effective global batch of one update (all replicas,
+        all accumulated micro-batches): what `scaling_rule` scales by.
       name: adam, sgd or rmsprop.
-      learning_rate: must be positive.
+      learning_rate: the base rate, tuned at `reference_batch_size`.
       beta_1, beta_2, epsilon: Adam's (BigGAN: beta_1=0, beta_2=0.999).
       momentum: for sgd and rmsprop.
+      scaling_rule: none, linear or sqrt (the scaling manager, see above).
+      reference_batch_size: the global batch `learning_rate` was tuned at;
+        required by the linear and sqrt rules.
+      warmup_steps: this network's updates of linear warm-up; 0: none.
+      decay: constant, linear or cosine, after the warm-up.
+      decay_steps: this network's updates the decay lasts (linear, cosine).
+      final_fraction: the rate at the end of the decay, as a fraction of the peak.
     """
+    where = f"{network}/optimizer"
     if name not in _CLASSES:
-        raise ConfigError(f"{network}/optimizer.name={name!r} is unknown; choose one of "
-                          f"{sorted(_CLASSES)}")
+        raise ConfigError(f"{where}.name={name!r} is unknown; choose one of {sorted(_CLASSES)}")
     if not learning_rate > 0:
-        raise ConfigError(f"{network}/optimizer.learning_rate={learning_rate} must be positive")
-    # jit_compile=False: the update runs inside our own tf.function, and XLA is not
-    # available under MirroredStrategy on logical CPU devices.
-    common = dict(learning_rate=learning_rate, jit_compile=False, name=f"{network}_optimizer")
+        raise ConfigError(f"{where}.learning_rate={learning_rate} must be positive")
+    if scaling_rule not in SCALING_RULES:
+        raise ConfigError(f"{where}.scaling_rule={scaling_rule!r}; choose one of {SCALING_RULES}")
+    if scaling_rule != "none" and reference_batch_size <= 0:
+        raise ConfigError(f"{where}.scaling_rule={scaling_rule!r} needs "
+                          f"{where}.reference_batch_size, the batch the rate was tuned at")
+    if decay not in DECAYS:
+        raise ConfigError(f"{where}.decay={decay!r}; choose one of {DECAYS}")
+    if decay != "constant" and decay_steps <= 0:
+        raise ConfigError(f"{where}.decay={decay!r} needs {where}.decay_steps > 0")
+    if warmup_steps < 0 or not 0.0 <= final_fraction <= 1.0:
+        raise ConfigError(f"{where}: warmup_steps must be >= 0, final_fraction in [0, 1]")
+    peak = scaled_learning_rate(learning_rate, scaling_rule, global_batch_size,
+                                reference_batch_size)
+    logging.info("%s: %s, learning rate %.3g%s%s%s", network, name, peak,
+                 "" if scaling_rule == "none" else
+                 f" ({learning_rate:.3g} x {scaling_rule} rule: global batch {global_batch_size} "
+                 f"vs {reference_batch_size})",
+                 f", warm-up {warmup_steps} updates" if warmup_steps else "",
+                 "" if decay == "constant" else f", {decay} decay over {decay_steps} updates")
+    rate = (peak if not warmup_steps and decay == "constant"
+            else WarmupDecay(peak, warmup_steps, decay, decay_steps, final_fraction))
+    # jit_compile=False: the update runs inside our own tf.function (compiled as a
+    # whole when the layout asks for XLA), and XLA is not available under
+    # MirroredStrategy on logical CPU devices.
+    common = dict(learning_rate=rate, jit_compile=False, name=f"{network}_optimizer")
     if name == "adam":
         return keras.optimizers.Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **common)
     return _CLASSES[name](momentum=momentum, **common)
 
 
-def make_optimizers():
+def make_optimizers(global_batch_size: int):
     """(G optimizer, D optimizer), each from its own gin scope."""
     with gin.config_scope("G"):
-        g = make_optimizer("G")
+        g = make_optimizer("G", global_batch_size)
     with gin.config_scope("D"):
-        d = make_optimizer("D")
+        d = make_optimizer("D", global_batch_size)
     return g, d
