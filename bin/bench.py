@@ -1,11 +1,16 @@
 """Benchmarks; each suite writes one JSON object to --output (and prints it).
 
+    python bin/bench.py --suite=step --gin_file=gin/biggan_cifar10.gin --output=runs/bench/step.json
+    python bin/bench.py --suite=input --output=runs/bench/input.json
     python bin/bench.py --suite=scaling --output=runs/bench/scaling.json
     python bin/bench.py --suite=straggler --output=runs/bench/straggler.json
 
-Suites (see paragan_tf/bench/): scaling (weak scaling of synchronous
-multi-worker training), straggler (one slow worker: sync vs asynchronous
-parameter-server training). Each runs with its defaults in a few minutes here.
+Suites (see paragan_tf/bench/): step (seconds per training step per layout,
+FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
+of the naive vs the congestion-aware pipeline under injected storage latency),
+scaling (weak scaling of synchronous multi-worker training), straggler (one
+slow worker: sync vs asynchronous parameter-server training). Each runs with
+its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 """
 
 from __future__ import annotations
@@ -17,14 +22,21 @@ import sys
 from absl import app
 from absl import flags
 
-import paragan_tf  # noqa: F401  (pins tf-keras for the children's environment)
+import common  # noqa: F401  (pins tf-keras, also for the children's environment)
 from paragan_tf.bench import cluster
+from paragan_tf.bench import input as input_bench
+from paragan_tf.bench import step as step_bench
+from paragan_tf.errors import ConfigError
 
-SUITES = dict(cluster.SUITES)
+SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
 flags.DEFINE_string("output", None, "Where to write the JSON result (default: stdout only).")
+flags.DEFINE_string("gin_file", "gin/biggan_cifar10.gin", "step: the experiment to time.")
+flags.DEFINE_multi_string("gin_bindings", [], "step: extra gin bindings.")
+flags.DEFINE_list("layouts", ["fp32", "auto"], "step: layouts (gin/layouts/<name>.gin) to time.")
+flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps).")
 flags.mark_flag_as_required("suite")
 
 
@@ -34,15 +46,22 @@ def _progress(message: str) -> None:
 
 def main(argv):
     if len(argv) > 1:
-        sys.exit(f"bench.py: error: unexpected arguments {argv[1:]}")
-    result = SUITES[FLAGS.suite](progress=_progress)
+        common.fail(f"unexpected arguments {argv[1:]}")
+    options = {}
+    if FLAGS.suite == "step":
+        options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
+                       layouts=FLAGS.layouts, steps=FLAGS.steps)
+    try:
+        result = SUITES[FLAGS.suite](progress=_progress, **options)
+    except ConfigError as e:
+        common.fail(str(e).strip().splitlines()[0])
     text = json.dumps(result, indent=1, sort_keys=True)
     if FLAGS.output:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
         with open(FLAGS.output, "w") as f:
             f.write(text + "\n")
     print(text, flush=True)
-    return 0
+    common.exit_now(0)  # the step suite's input iterators: see common.exit_now
 
 
 if __name__ == "__main__":

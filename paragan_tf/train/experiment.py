@@ -31,6 +31,7 @@ from paragan_tf.train import optimizers
 class Experiment:
     config: config_lib.TrainConfig
     data: pipeline.DatasetConfig
+    input_config: pipeline.InputConfig
     source: datasets.Source
     strategy: tf.distribute.Strategy
     generator: biggan.Generator
@@ -64,6 +65,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     """
     config = config_lib.train_config()
     data = pipeline.dataset_config()
+    input_config = pipeline.input_config()
     if data.resolution not in biggan.G_ARCH:
         raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
                           f"choose one of {sorted(biggan.G_ARCH)}")
@@ -91,7 +93,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
-    return Experiment(config, data, source, strategy, generator, discriminator, generator_ema,
+    return Experiment(config, data, input_config, source, strategy, generator, discriminator, generator_ema,
                       g_optimizer, d_optimizer, step, ema, loss_fn, classes, layout)
 
 

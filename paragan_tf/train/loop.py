@@ -62,8 +62,20 @@ class SignalFlag:
             signal.signal(sig, handler)
 
 
-def _make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
-    """tf.function running n train steps; returns (mean metrics, seconds waiting for input)."""
+def make_gan_step(exp: experiment_lib.Experiment) -> step_lib.GANStep:
+    """The per-replica step of `exp`'s synchronous training."""
+    cfg = exp.config
+    return step_lib.GANStep(
+        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
+        step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
+                            cfg.ortho_reg, cfg.simultaneous))
+
+
+def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
+    """tf.function running n train steps; returns (mean metrics, seconds waiting for input).
+
+    Call it as loop(real_iterator, noise_iterator, tf.constant(n, tf.int64)).
+    """
     strategy = exp.strategy
     # XLA compiles the per-replica step only: a compiled function cannot call
     # next(iterator), so the iterators stay outside it (layout.py says where it works).
@@ -175,15 +187,17 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
 
     # Fresh shuffles and noise after a resume rather than replaying the start.
     seed = cfg.seed * 1_000_003 + start
-    real_it = iter(strategy.distribute_datasets_from_function(pipeline.real_input_fn(
-        exp.source, exp.data, cfg.batch_size, seed, classes=exp.classes)))
+    tuner = pipeline.InputTuner(exp.input_config)
+
+    def real_iterator(generation: int):
+        # A new generation (the tuner changed the read settings) starts a fresh shuffle.
+        return iter(strategy.distribute_datasets_from_function(pipeline.real_input_fn(
+            exp.source, exp.data, cfg.batch_size, seed + 7919 * generation,
+            classes=exp.classes, inputs=exp.input_config, tuning=tuner.tuning)))
+    real_it, generation = real_iterator(0), 0
     noise_it = iter(strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
         exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed, classes=exp.classes)))
-    gan_step = step_lib.GANStep(
-        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
-        step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
-                            cfg.ortho_reg, cfg.simultaneous))
-    loop = _make_loop_fn(exp, gan_step)
+    loop = make_loop_fn(exp, make_gan_step(exp))
 
     step, metrics = start, {}
     t_begin = time.perf_counter()
@@ -216,6 +230,9 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 metrics["perf/images_per_sec"] = (rate or n / elapsed) * cfg.real_images_per_step
                 metrics["perf/input_wait_frac"] = (window_wait / window_seconds
                                                    if window_seconds else float(wait) / elapsed)
+                if exp.input_config.sharded:
+                    metrics["perf/read_parallelism"] = tuner.tuning.read_parallelism
+                    metrics["perf/prefetch_depth"] = tuner.tuning.prefetch
                 metrics["lr/G"] = float(tf.convert_to_tensor(exp.g_optimizer.learning_rate))
                 metrics["lr/D"] = float(tf.convert_to_tensor(exp.d_optimizer.learning_rate))
                 with writer.as_default():
@@ -228,6 +245,10 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                     metrics["perf/images_per_sec"], 100 * metrics["perf/input_wait_frac"],
                     _format_eta(eta) if rate else "?")
                 window_steps, window_seconds, window_wait = 0, 0.0, 0.0
+                if tuner.observe(metrics["perf/input_wait_frac"]):
+                    exp.inputs.append(real_it)  # see Experiment.inputs: never destroyed mid-run
+                    generation += 1
+                    real_it = real_iterator(generation)
                 if not all(np.isfinite(v) for v in out.values()):
                     logging.warning("non-finite metrics at step %d: %s", step, out)
             if step % cfg.sample_every == 0 or step == cfg.total_steps:

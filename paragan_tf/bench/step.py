@@ -1,0 +1,202 @@
+"""The training-step benchmark: seconds per step per layout, FLOP rates, and the machine's peaks.
+
+For each layout (gin/layouts/<name>.gin on top of the experiment) the real
+training function of bin/train.py (loop.make_loop_fn: the per-replica step
+under the strategy, one step per call) runs `warmup` steps, then `steps`
+timed ones; the median is reported. The input comes from the experiment's own
+pipeline (in-memory data, cached: its wait is reported, not hidden); when the
+experiment's data is not on this machine (CIFAR-10 cannot be downloaded here)
+a synthetic source of the same shape stands in, and the JSON says so.
+
+FLOPs per train step are counted from the model: TensorFlow's profiler counts
+the forward FLOPs of G and D (a multiply-add is 2) on their traced graphs;
+backward passes are counted by the usual rule (a weight+input backward is 2x
+its forward), except where the step computes less: D's backward inside the G
+update needs input gradients only (1x). Per update with k micro-batches:
+
+  D update  k * (G_fwd(B) + 3 * D_fwd(2B))       (fakes and reals in one D call)
+  G update  k * (3 * G_fwd(B) + 2 * D_fwd(B))
+
+Peaks, each the best of two probes in the same process: a 4096x4096 matmul and
+a 3x3 convolution forward+backward (input and weight gradients) at the shape of
+the model's largest convolution, in float32 and in bfloat16.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable, Dict, Sequence, Tuple
+
+import tensorflow as tf
+
+from paragan_tf import config as config_lib
+from paragan_tf import layout as layout_lib
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import loop as loop_lib
+from paragan_tf.data import pipeline
+
+_BF16_FEATURES = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
+
+
+def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()  # warm-up: tracing, oneDNN primitive creation
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_gflops(dtype: tf.DType, n: int = 4096, repeats: int = 3) -> float:
+    a = tf.cast(tf.random.stateless_normal([n, n], [1, 2]), dtype)
+    run = tf.function(lambda: tf.reduce_sum(tf.cast(tf.matmul(a, a), tf.float32)))
+    return 2 * n ** 3 / _median_seconds(lambda: run().numpy(), repeats) / 1e9
+
+
+def conv_gflops(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Sequence[int],
+                repeats: int = 3) -> float:
+    """Forward + input and weight gradients of one SAME, stride-1 convolution."""
+    x = tf.cast(tf.random.stateless_normal(input_shape, [3, 4]), dtype)
+    w = tf.cast(0.01 * tf.random.stateless_normal(kernel_shape, [5, 6]), dtype)
+
+    @tf.function
+    def run():
+        with tf.GradientTape() as tape:
+            tape.watch([x, w])
+            y = tf.nn.conv2d(x, w, 1, "SAME")
+            loss = tf.reduce_sum(tf.cast(y, tf.float32))
+        gx, gw = tape.gradient(loss, [x, w])
+        return tf.reduce_sum(tf.cast(gx, tf.float32)) + tf.reduce_sum(tf.cast(gw, tf.float32))
+    batch, height, width, _ = input_shape
+    forward = 2.0 * batch * height * width * kernel_shape[0] * kernel_shape[1] \
+        * kernel_shape[2] * kernel_shape[3]
+    return 3 * forward / _median_seconds(lambda: run().numpy(), repeats) / 1e9
+
+
+def _profile(fn, *specs) -> Tuple[int, Tuple[list, list]]:
+    """(forward FLOPs of fn's graph, (input shape, kernel shape) of its largest Conv2D)."""
+    graph = tf.function(fn).get_concrete_function(*specs).graph
+    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
+    options["output"] = "none"
+    total = tf.compat.v1.profiler.profile(graph=graph, options=options).total_float_ops
+    convs = [tuple(t.shape.as_list() for t in op.inputs[:2])
+             for op in graph.get_operations() if op.type == "Conv2D"]
+    return total, max(convs, key=_conv_size)
+
+
+def _conv_size(shapes) -> int:
+    """Multiply-adds of a stride-1 SAME Conv2D from its (input, kernel) shapes."""
+    (batch, height, width, _), kernel = shapes
+    return batch * height * width * kernel[0] * kernel[1] * kernel[2] * kernel[3]
+
+
+def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
+    """Forward FLOPs of G and D at the per-replica batch, training FLOPs per train step."""
+    g, d, cfg = exp.generator, exp.discriminator, exp.config
+    batch = cfg.batch_size // exp.strategy.num_replicas_in_sync
+    size, channels = exp.data.resolution, exp.source.channels
+    labels = tf.TensorSpec([batch], tf.int32)
+    g_fwd, g_conv = _profile(lambda z, y: g((z, y), training=True),
+                             tf.TensorSpec([batch, g.dim_z]), labels)
+    d_fwd, _ = _profile(lambda x, y: d((x, y), training=True),
+                        tf.TensorSpec([batch, size, size, channels]), labels)
+    # D's update sees fakes and reals in one call: its convolutions run at 2 * batch.
+    d_fwd2, d_conv = _profile(lambda x, y: d((x, y), training=True),
+                              tf.TensorSpec([2 * batch, size, size, channels]),
+                              tf.TensorSpec([2 * batch], tf.int32))
+    conv = max(g_conv, d_conv, key=_conv_size)
+    k = cfg.accumulation
+    per_replica = cfg.d_steps * k * (g_fwd + 3 * d_fwd2) + k * (3 * g_fwd + 2 * d_fwd)
+    return dict(g_forward_flops=g_fwd, d_forward_flops=d_fwd,
+                train_step_flops=per_replica * exp.strategy.num_replicas_in_sync,
+                dominant_conv=dict(input=conv[0], kernel=conv[1]))
+
+
+def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object, str]:
+    files = [gin_file, f"gin/layouts/{layout}.gin"]
+    config_lib.parse(files, bindings)
+    exp = experiment_lib.build(check_data=False)
+    try:
+        exp.source.check()
+        return exp, exp.source.name
+    except ConfigError as e:
+        missing = str(e).splitlines()[0]
+    # Same shapes, stand-in pixels: the step's compute does not depend on them.
+    config_lib.parse(files, list(bindings) + ["dataset.name = 'synthetic'"])
+    return experiment_lib.build(), f"synthetic stand-in ({missing})"
+
+
+def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps: int = 5,
+                warmup: int = 2, progress=print) -> dict:
+    """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin."""
+    exp, data = _build(gin_file, layout, bindings)
+    cfg = exp.config
+    seed = cfg.seed
+    real_it = iter(exp.strategy.distribute_datasets_from_function(pipeline.real_input_fn(
+        exp.source, exp.data, cfg.batch_size, seed, classes=exp.classes,
+        inputs=exp.input_config)))
+    noise_it = iter(exp.strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
+        exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed,
+        classes=exp.classes)))
+    loop = loop_lib.make_loop_fn(exp, loop_lib.make_gan_step(exp))
+    one = tf.constant(1, tf.int64)
+    times, waits = [], []
+    for i in range(warmup + steps):
+        start = time.perf_counter()
+        metrics, wait = loop(real_it, noise_it, one)
+        losses = {k: float(v) for k, v in metrics.items() if k.startswith("loss/")}
+        elapsed = time.perf_counter() - start
+        progress(f"{layout}: step {i + 1}/{warmup + steps} {elapsed:.2f} s"
+                 + (" (warm-up)" if i < warmup else ""))
+        if i >= warmup:
+            times.append(elapsed)
+            waits.append(float(wait))
+    sec = statistics.median(times)
+    flops = model_flops(exp)
+    result = dict(
+        sec_per_step=sec, step_times=times, images_per_sec=cfg.real_images_per_step / sec,
+        g_samples_per_sec=(cfg.d_steps + 1) * cfg.accumulation * cfg.batch_size / sec,
+        input_wait_frac=sum(waits) / sum(times),
+        achieved_gflops=flops["train_step_flops"] / sec / 1e9,
+        layout=exp.layout.as_dict(), last_losses=losses, data=data,
+        strategy=type(exp.strategy).__name__, **flops)
+    exp.inputs.extend([real_it, noise_it])
+    return result
+
+
+def step_suite(gin_file: str = "gin/biggan_cifar10.gin",
+               layouts: Sequence[str] = ("fp32", "auto"), steps: int = 5, warmup: int = 2,
+               bindings: Sequence[str] = (), progress=print) -> dict:
+    """Every layout's step time, the peaks, MFU and the speed-ups (see the module doc)."""
+    if steps < 1:
+        raise ConfigError("the step benchmark needs at least 1 timed step")
+    runs = {}
+    for name in layouts:
+        runs[name] = time_layout(gin_file, name, bindings, steps, warmup, progress)
+    conv = next(iter(runs.values()))["dominant_conv"]
+    progress(f"peaks: 4096^2 matmul and conv {conv['input']} x {conv['kernel']}")
+    peaks = {}
+    for dtype in (tf.float32, tf.bfloat16):
+        peaks[dtype.name] = dict(matmul_4096=matmul_gflops(dtype),
+                                 conv_fwd_bwd=conv_gflops(dtype, conv["input"], conv["kernel"]))
+        progress(f"peak {dtype.name}: {peaks[dtype.name]}")
+    peak_fp32 = max(peaks["float32"].values())
+    peak_bf16 = max(peaks["bfloat16"].values())
+    base = runs.get("fp32")
+    for run in runs.values():
+        run["speedup_vs_fp32"] = base["sec_per_step"] / run["sec_per_step"] if base else None
+        peak = peak_bf16 if run["layout"]["precision"] == "mixed_bfloat16" else peak_fp32
+        run["mfu"] = run["achieved_gflops"] / peak
+    features = layout_lib.cpu_features()
+    return {
+        "suite": "step", "config": gin_file, "layouts": runs,
+        "peak_fp32_gflops": peak_fp32, "peak_bf16_gflops": peak_bf16, "peak_probes": peaks,
+        "mfu_fp32": base["mfu"] if base else None,
+        "best_speedup_vs_fp32": (max(r["speedup_vs_fp32"] for r in runs.values())
+                                 if base else None),
+        "cpu_features": sorted(f for f in features if f in _BF16_FEATURES),
+        "bf16_unit": layout_lib.detect().bf16_unit,
+    }
