@@ -72,11 +72,14 @@ def _windows(make_iterator, compute, tuner, windows: int, window_steps: int,
             wait, busy = wait + t1 - t0, busy + t2 - t1
         stall = wait / (wait + busy)
         entry = dict(window=w, stall_frac=stall, compute_ms=1000 * busy / window_steps,
-                     wait_ms=1000 * wait / window_steps, **dataclasses.asdict(tuner.tuning))
+                     wait_ms=1000 * wait / window_steps)
+        settings = "sequential reads, no prefetch"
+        if tuner.config.mode == "aware":
+            entry.update(dataclasses.asdict(tuner.tuning))
+            settings = (f"read parallelism {tuner.tuning.read_parallelism}, "
+                        f"prefetch {tuner.tuning.prefetch}")
         trace.append(entry)
-        progress(f"{label} window {w}: stall {100 * stall:.1f}% "
-                 f"(parallelism {tuner.tuning.read_parallelism}, prefetch "
-                 f"{tuner.tuning.prefetch})")
+        progress(f"{label} window {w}: stall {100 * stall:.1f}% ({settings})")
         if tuner.observe(stall):
             generation += 1
             iterator = make_iterator(generation)

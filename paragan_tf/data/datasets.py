@@ -44,6 +44,16 @@ class Source:
     check: Callable[[], None] = lambda: None
 
 
+def _stored_order(n: int) -> np.ndarray:
+    """A fixed pseudo-random order of n records.
+
+    Our packaged data come sorted by class; a real store is written shuffled.
+    Streaming in this order makes every shard (data/pipeline.py reads shard by
+    shard from slow stores) a mix of all classes, like a shuffled file would be.
+    """
+    return np.random.default_rng(0).permutation(n)
+
+
 def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], num_classes: int,
                  channels: int, num_examples: int) -> Source:
     def make(split: str) -> tf.data.Dataset:
@@ -51,7 +61,9 @@ def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], num_classes:
             raise ConfigError(f"dataset.split={split!r} does not exist for {name}; "
                               f"choose one of {sorted(splits)}")
         images, labels = splits[split]()
-        return tf.data.Dataset.from_tensor_slices((images, labels.astype(np.int32)))
+        order = _stored_order(len(labels))
+        return tf.data.Dataset.from_tensor_slices((images[order],
+                                                   labels[order].astype(np.int32)))
     return Source(name, num_classes, channels, make, num_examples, in_memory=True)
 
 
@@ -159,7 +171,9 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 3, **_) -> Sou
     def make(split: str) -> tf.data.Dataset:
         if split != "train":
             raise ConfigError(f"dataset.split={split!r}: an image folder has only 'train'")
-        ds = tf.data.Dataset.from_tensor_slices((files, np.array(labels, np.int32)))
+        order = _stored_order(len(files))
+        ds = tf.data.Dataset.from_tensor_slices((np.array(files)[order],
+                                                 np.array(labels, np.int32)[order]))
         return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return Source("image_folder", len(classes), channels, make, len(files))
 

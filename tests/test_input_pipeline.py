@@ -1,0 +1,115 @@
+"""The congestion-aware input pipeline: injected latency, the tuner, and stall accounting."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import run_binary
+from paragan_tf.bench import input as input_bench
+from paragan_tf.data import congestion as congestion_lib
+from paragan_tf.data import datasets
+from paragan_tf.data import pipeline
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
+
+DATA = pipeline.DatasetConfig("mnist5k", None, "train", 32, "pad", False, 100, False)
+
+
+def _read_all(ds):
+    start = time.perf_counter()
+    n = sum(1 for _ in ds)
+    return n, time.perf_counter() - start
+
+
+def test_latency_is_injected_per_record_or_per_file():
+    records = tf.data.Dataset.range(8)
+    per_record = congestion_lib.Congestion(latency_ms=25, per="record")
+    n, seconds = _read_all(congestion_lib.delay(records, tf.constant(0, tf.int64), per_record))
+    assert n == 8 and seconds >= 8 * 0.025
+    per_file = congestion_lib.Congestion(latency_ms=150, per="file")
+    n, seconds = _read_all(congestion_lib.delay(records, tf.constant(0, tf.int64), per_file))
+    assert n == 8 and 0.15 <= seconds < 8 * 0.15  # paid once for the shard, not per record
+    jitter = congestion_lib.Congestion(latency_ms=0, jitter_ms=40)
+    n, seconds = _read_all(congestion_lib.delay(records, tf.constant(3, tf.int64), jitter))
+    assert 0 < seconds < 8 * 0.04 + 1.0
+
+
+def test_tuner_doubles_while_stalled_up_to_its_ceiling_and_only_when_it_can_help():
+    congested = dataclasses.replace(pipeline.InputConfig(), read_parallelism=4, prefetch=2,
+                                    max_read_parallelism=16,
+                                    congestion=congestion_lib.Congestion(latency_ms=5))
+    tuner = pipeline.InputTuner(congested)
+    assert not tuner.observe(0.01)  # below the 5 % target
+    assert tuner.observe(0.4) and tuner.tuning == pipeline.Tuning(8, 4)
+    assert tuner.observe(0.4) and tuner.tuning == pipeline.Tuning(16, 8)
+    assert not tuner.observe(0.4) and tuner.tuning == pipeline.Tuning(16, 8)  # ceiling
+    # Nothing to tune: cached in-memory reads, the naive baseline, or adaptation off.
+    for inputs in (pipeline.InputConfig(), dataclasses.replace(congested, mode="naive"),
+                   dataclasses.replace(congested, adaptive=False)):
+        assert not pipeline.InputTuner(inputs).observe(0.9)
+
+
+@pytest.mark.parametrize("mode", ["naive", "aware"])
+def test_sharded_pipelines_yield_the_same_kind_of_batches(mode):
+    source = datasets.get_source("mnist5k")
+    inputs = dataclasses.replace(pipeline.InputConfig(), mode=mode, num_shards=4,
+                                 congestion=congestion_lib.Congestion(latency_ms=0.1))
+    assert inputs.sharded
+    fn = pipeline.real_input_fn(source, DATA, 32, seed=0, inputs=inputs)
+    batches = list(fn(tf.distribute.InputContext()).take(4))
+    for images, labels in batches:
+        assert images.shape == (32, 32, 32, 1) and images.dtype == tf.float32
+        assert -1.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
+    labels = np.concatenate([b[1].numpy() for b in batches])
+    assert len(set(labels)) >= 8  # shuffled over shards, not one class after another
+
+
+def _train_tiny(tiny_gin, tmp_path, *bindings):
+    tiny_gin("train.total_steps = 6", "train.steps_per_loop = 2", "train.log_every = 6",
+             "train.d_steps = 1", *bindings)
+    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    return loop.train(exp, str(tmp_path))
+
+
+def test_input_wait_fraction_separates_a_slow_store_from_cached_data(tiny_gin, tmp_path):
+    # 8 records of 40 ms per step read one after another: ~320 ms of waiting per step
+    # against a tiny model's few milliseconds of compute.
+    slow = _train_tiny(tiny_gin, tmp_path / "slow", "input_pipeline.mode = 'naive'",
+                       "congestion.latency_ms = 40.0")
+    fast = _train_tiny(tiny_gin, tmp_path / "fast")
+    assert slow["perf/input_wait_frac"] > 0.6, slow
+    assert fast["perf/input_wait_frac"] < 0.3, fast
+    assert "perf/read_parallelism" in slow and "perf/read_parallelism" not in fast
+
+
+def test_input_benchmark_reports_naive_and_aware_stall():
+    result = input_bench.input_suite(latency_ms=5.0, jitter_ms=2.0, batch=16, compute_ms=20.0,
+                                     windows=4, window_steps=4, progress=lambda m: None)
+    assert result["naive_stall_frac"] > 0.5
+    assert result["aware_stall_frac"] < result["naive_stall_frac"]
+    assert result["aware_trace"][-1]["read_parallelism"] >= 4
+    json.dumps(result)  # what bin/bench.py writes
+
+
+def test_step_benchmark_binary_on_the_tiny_config(tmp_path):
+    out = tmp_path / "step.json"
+    proc = run_binary("bench.py", "--suite=step", "--gin_file=gin/tiny.gin", "--steps=1",
+                      "--layouts=fp32,bf16", f"--output={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    for key in ("peak_fp32_gflops", "peak_bf16_gflops", "mfu_fp32", "best_speedup_vs_fp32",
+                "cpu_features"):
+        assert key in result, key
+    for name in ("fp32", "bf16"):
+        run = result["layouts"][name]
+        assert run["sec_per_step"] > 0 and run["images_per_sec"] > 0
+        assert run["achieved_gflops"] > 0 and run["train_step_flops"] > 0
+    assert result["layouts"]["fp32"]["speedup_vs_fp32"] == 1.0
+    assert result["layouts"]["bf16"]["layout"]["precision"] == "mixed_bfloat16"
+    assert 0 < result["mfu_fp32"] < 1.5

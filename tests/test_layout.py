@@ -1,0 +1,110 @@
+"""Hardware-aware layout: the choice per detected hardware, and a real bfloat16 training step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras as keras
+
+from conftest import mirrored_2
+from paragan_tf import config as config_lib
+from paragan_tf import layout as layout_lib
+from paragan_tf.errors import ConfigError
+from paragan_tf.models import biggan
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
+
+ONE_DEVICE = tf.distribute.OneDeviceStrategy("/cpu:0")
+CPU_PLAIN = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "avx512f"}))
+CPU_AVX512_BF16 = layout_lib.Hardware("cpu", frozenset({"avx512f", "avx512_bf16"}))
+CPU_AMX = layout_lib.Hardware("cpu", frozenset({"avx512_bf16", "amx_bf16", "amx_tile"}))
+GPU_AMPERE = layout_lib.Hardware("gpu", frozenset(), (8, 0))
+GPU_VOLTA = layout_lib.Hardware("gpu", frozenset(), (7, 0))
+TPU = layout_lib.Hardware("tpu")
+
+
+@pytest.mark.parametrize("hardware,precision,xla,multiple", [
+    (CPU_PLAIN, "float32", False, 1),
+    (CPU_AVX512_BF16, "mixed_bfloat16", False, 16),
+    (CPU_AMX, "mixed_bfloat16", False, 32),
+    (GPU_AMPERE, "mixed_bfloat16", True, 8),
+    (GPU_VOLTA, "float32", True, 8),
+    (TPU, "mixed_bfloat16", True, 128),
+])
+def test_auto_layout_per_hardware(hardware, precision, xla, multiple):
+    chosen = layout_lib.choose(hardware, ONE_DEVICE)
+    assert (chosen.precision, chosen.xla, chosen.channel_multiple) == (precision, xla, 1)
+    assert chosen.reasons  # every automatic choice says why
+    rounded = layout_lib.choose(hardware, ONE_DEVICE, round_channels=True)
+    assert rounded.channel_multiple == multiple
+
+
+def test_explicit_settings_override_detection_and_impossible_xla_is_refused():
+    assert layout_lib.choose(CPU_AMX, ONE_DEVICE, precision="float32").precision == "float32"
+    assert layout_lib.choose(CPU_PLAIN, ONE_DEVICE, xla="on").xla
+    # Two replicas on CPU devices: XLA cannot compile the step; auto says so, "on" is an error.
+    auto = layout_lib.choose(CPU_PLAIN, mirrored_2())
+    assert not auto.xla and any("does not support XLA" in r for r in auto.reasons)
+    with pytest.raises(ConfigError, match="layout.xla='on' cannot be used here"):
+        layout_lib.choose(CPU_PLAIN, mirrored_2(), xla="on")
+    with pytest.raises(ConfigError, match="layout.precision"):
+        layout_lib.choose(CPU_PLAIN, ONE_DEVICE, precision="float8")
+    with pytest.raises(ConfigError, match="round_channels"):
+        layout_lib.choose(CPU_PLAIN, ONE_DEVICE, channel_multiple=16)
+
+
+def test_detection_reads_cpu_flags(monkeypatch, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n")
+    features = layout_lib.cpu_features(str(cpuinfo))
+    assert {"amx_bf16", "avx2"} <= features
+    assert layout_lib.cpu_features(str(tmp_path / "missing")) == frozenset()
+    # Stub the boundary only: detect() and choose() then run for real.
+    monkeypatch.setattr(layout_lib, "cpu_features", lambda path="": features)
+    hardware = layout_lib.detect(ONE_DEVICE)
+    assert hardware.accelerator == "cpu" and hardware.bf16_unit == "AMX-BF16"
+    assert layout_lib.choose(hardware, ONE_DEVICE).precision == "mixed_bfloat16"
+
+
+def test_channel_rounding_widens_every_block():
+    keras.mixed_precision.set_global_policy("float32")
+    g = biggan.Generator(resolution=32, num_classes=10, ch=3, dim_z=8, channel_multiple=16)
+    d = biggan.Discriminator(resolution=32, num_classes=10, ch=3, channel_multiple=16)
+    biggan.build(g, d, 3)
+    # ch * 4 = 12 -> 16 in every block; the 3-channel image output is not a block width.
+    assert g.blocks[0].conv1.kernel.shape[-1] == 16
+    assert d.blocks[0].conv1.kernel.shape[-1] == 16
+    assert g.out_conv.kernel.shape[-1] == 3
+
+
+def test_bfloat16_step_is_finite_and_keeps_float32_state(tiny_gin, tmp_path):
+    config_lib.parse(["gin/tiny.gin", "gin/layouts/bf16.gin"],
+                     ["train.total_steps = 2", "train.d_steps = 1"], finalize=False)
+    exp = experiment.build(ONE_DEVICE)
+    try:
+        assert exp.layout.precision == "mixed_bfloat16"
+        assert exp.generator.blocks[0].conv1.op_dtype == "bfloat16"  # matrix work in bf16
+        assert exp.discriminator.linear.op_dtype == "float32"  # logits in float32
+        result = loop.train(exp, str(tmp_path))
+        for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
+            assert np.isfinite(result[key]), key
+        variables = (exp.generator.variables + exp.discriminator.variables
+                     + exp.generator_ema.variables + exp.g_optimizer.variables()
+                     + exp.d_optimizer.variables())
+        assert {v.dtype for v in variables if v.dtype != tf.int64} == {tf.float32}
+        labels = tf.constant([0, 1])
+        images = exp.generator((tf.zeros([2, exp.generator.dim_z]), labels))
+        logits = exp.discriminator((images, labels))
+        assert images.dtype == tf.float32 and logits.dtype == tf.float32
+        assert np.all(np.isfinite(images.numpy())) and np.all(np.abs(images.numpy()) <= 1)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def test_xla_compiled_step_trains(tiny_gin, tmp_path):
+    tiny_gin("layout.xla = 'on'", "train.total_steps = 2")
+    exp = experiment.build(ONE_DEVICE)
+    assert exp.layout.xla
+    result = loop.train(exp, str(tmp_path))
+    assert result["step"] == 2 and np.isfinite(result["loss/D"])

@@ -1,0 +1,63 @@
+"""The asymmetric optimization policy: per-network rates, schedules and batch-size scaling."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from paragan_tf import config as config_lib
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import experiment
+from paragan_tf.train import optimizers
+
+
+def test_scaling_rules():
+    assert optimizers.scaled_learning_rate(2e-4, "none", 1024, 256) == 2e-4
+    assert optimizers.scaled_learning_rate(2e-4, "linear", 1024, 256) == pytest.approx(8e-4)
+    assert optimizers.scaled_learning_rate(2e-4, "sqrt", 1024, 256) == pytest.approx(4e-4)
+    assert optimizers.scaled_learning_rate(1e-4, "sqrt", 128, 256) == pytest.approx(
+        1e-4 / math.sqrt(2))
+
+
+def test_warmup_then_linear_and_cosine_decay():
+    linear = optimizers.WarmupDecay(1.0, warmup_steps=10, decay="linear", decay_steps=100,
+                                    final_fraction=0.1)
+    values = {s: float(linear(s)) for s in (0, 4, 9, 10, 60, 110, 500)}
+    assert values[0] == pytest.approx(0.1) and values[4] == pytest.approx(0.5)
+    assert values[9] == pytest.approx(1.0) and values[10] == pytest.approx(1.0)
+    assert values[60] == pytest.approx(0.55)  # halfway from 1.0 to 0.1
+    assert values[110] == pytest.approx(0.1) and values[500] == pytest.approx(0.1)
+    cosine = optimizers.WarmupDecay(2.0, decay="cosine", decay_steps=100)
+    assert float(cosine(0)) == pytest.approx(2.0)
+    assert float(cosine(50)) == pytest.approx(1.0)
+    assert float(cosine(100)) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_policy_file_gives_each_network_its_own_scaled_rate_and_schedule(tiny_gin):
+    # compare_gan's rates (G 1e-4, D 5e-4 at batch 256, linear) at the tiny batch of 8.
+    config_lib.parse(["gin/tiny.gin", "gin/policies/compare_gan.gin"],
+                     ["train.batch_size = 8", "train.accumulation = 2"], finalize=False)
+    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    g_rate, d_rate = exp.g_optimizer._learning_rate, exp.d_optimizer._learning_rate
+    assert isinstance(g_rate, optimizers.WarmupDecay)
+    assert g_rate.peak == pytest.approx(1e-4 * 16 / 256)  # effective batch 8 x 2
+    assert d_rate.peak == pytest.approx(5e-4 * 16 / 256)
+    assert g_rate.warmup_steps == d_rate.warmup_steps == 1000
+    assert exp.config.d_steps == 2
+    # Each schedule runs on its own network's update count.
+    exp.d_optimizer.iterations.assign(499)
+    assert float(d_rate(exp.d_optimizer.iterations)) == pytest.approx(d_rate.peak / 2)
+    assert np.isclose(float(g_rate(exp.g_optimizer.iterations)), g_rate.peak / 1000)
+
+
+def test_policy_mistakes_are_config_errors(tiny_gin):
+    for binding, match in [("G/optimizer.scaling_rule = 'linear'", "reference_batch_size"),
+                           ("D/optimizer.scaling_rule = 'cubic'", "scaling_rule"),
+                           ("D/optimizer.decay = 'cosine'", "decay_steps"),
+                           ("G/optimizer.name = 'lamb'", "G/optimizer.name")]:
+        tiny_gin(binding)
+        with pytest.raises(ConfigError, match=match):
+            experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
