@@ -7,9 +7,7 @@ import json
 import os
 import signal
 import subprocess
-import time
 
-import numpy as np
 import pytest
 import tensorflow as tf
 

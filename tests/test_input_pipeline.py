@@ -15,6 +15,7 @@ from paragan_tf.bench import input as input_bench
 from paragan_tf.data import congestion as congestion_lib
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
+from paragan_tf.data import tuning
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 
@@ -41,24 +42,24 @@ def test_latency_is_injected_per_record_or_per_file():
 
 
 def test_tuner_doubles_while_stalled_up_to_its_ceiling_and_only_when_it_can_help():
-    congested = dataclasses.replace(pipeline.InputConfig(), read_parallelism=4, prefetch=2,
+    congested = dataclasses.replace(tuning.InputConfig(), read_parallelism=4, prefetch=2,
                                     max_read_parallelism=16,
                                     congestion=congestion_lib.Congestion(latency_ms=5))
-    tuner = pipeline.InputTuner(congested)
+    tuner = tuning.InputTuner(congested)
     assert not tuner.observe(0.01)  # below the 5 % target
-    assert tuner.observe(0.4) and tuner.tuning == pipeline.Tuning(8, 4)
-    assert tuner.observe(0.4) and tuner.tuning == pipeline.Tuning(16, 8)
-    assert not tuner.observe(0.4) and tuner.tuning == pipeline.Tuning(16, 8)  # ceiling
+    assert tuner.observe(0.4) and tuner.tuning == tuning.Tuning(8, 4)
+    assert tuner.observe(0.4) and tuner.tuning == tuning.Tuning(16, 8)
+    assert not tuner.observe(0.4) and tuner.tuning == tuning.Tuning(16, 8)  # ceiling
     # Nothing to tune: cached in-memory reads, the naive baseline, or adaptation off.
-    for inputs in (pipeline.InputConfig(), dataclasses.replace(congested, mode="naive"),
+    for inputs in (tuning.InputConfig(), dataclasses.replace(congested, mode="naive"),
                    dataclasses.replace(congested, adaptive=False)):
-        assert not pipeline.InputTuner(inputs).observe(0.9)
+        assert not tuning.InputTuner(inputs).observe(0.9)
 
 
 @pytest.mark.parametrize("mode", ["naive", "aware"])
 def test_sharded_pipelines_yield_the_same_kind_of_batches(mode):
     source = datasets.get_source("mnist5k")
-    inputs = dataclasses.replace(pipeline.InputConfig(), mode=mode, num_shards=4,
+    inputs = dataclasses.replace(tuning.InputConfig(), mode=mode, num_shards=4,
                                  congestion=congestion_lib.Congestion(latency_ms=0.1))
     assert inputs.sharded
     fn = pipeline.real_input_fn(source, DATA, 32, seed=0, inputs=inputs)
@@ -113,3 +114,8 @@ def test_step_benchmark_binary_on_the_tiny_config(tmp_path):
     assert result["layouts"]["fp32"]["speedup_vs_fp32"] == 1.0
     assert result["layouts"]["bf16"]["layout"]["precision"] == "mixed_bfloat16"
     assert 0 < result["mfu_fp32"] < 1.5
+
+
+def test_reading_through_local_tf_data_service_workers(tiny_gin, tmp_path):
+    result = _train_tiny(tiny_gin, tmp_path, "input_pipeline.service_workers = 2")
+    assert result["step"] == 6 and np.isfinite(result["loss/D"])

@@ -29,6 +29,7 @@ import tensorflow as tf
 from paragan_tf.data import congestion as congestion_lib
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
+from paragan_tf.data import tuning
 
 
 def _compute_step(target_ms: float) -> Callable[[tf.Tensor], None]:
@@ -100,8 +101,8 @@ def input_suite(latency_ms: float = 10.0, jitter_ms: float = 5.0, per: str = "re
               "mean_read_ms_per_batch": batch * (latency_ms + jitter_ms / 2)
               if per == "record" else None}
     for mode in ("naive", "aware"):
-        inputs = dataclasses.replace(pipeline.InputConfig(), mode=mode, congestion=congestion)
-        tuner = pipeline.InputTuner(inputs)
+        inputs = dataclasses.replace(tuning.InputConfig(), mode=mode, congestion=congestion)
+        tuner = tuning.InputTuner(inputs)
 
         def make_iterator(generation, inputs=inputs, tuner=tuner):
             fn = pipeline.real_input_fn(source, data, batch, seed=generation, inputs=inputs,

@@ -4,6 +4,16 @@ Both are built by functions of a `tf.distribute.InputContext`, for
 `strategy.distribute_datasets_from_function`: each input pipeline (one per
 worker) reads its own shard and batches at the per-replica batch size.
 
+Real images are read one of two ways (the settings: data/tuning.py):
+  cached   in-memory data with no injected latency: decoded once, cached,
+           shuffled, repeated;
+  sharded  a slow store (data/congestion.py injects the latency): every epoch
+           reads the source as shards ("files") in a shuffled order, one after
+           another (naive) or by a parallel interleave whose width and prefetch
+           depth the tuner raises while the trainer measures input stalls
+           (aware), with AUTOTUNE decode; optionally through tf.data service
+           workers (data/service.py).
+
 Noise comes from the pipeline too, as a pure function of (seed, pipeline id,
 example index). That makes a step's noise independent of the replica count
 (N replicas of B examples see exactly the examples one device sees in a batch
@@ -14,16 +24,16 @@ noise position be checkpointed with the iterator.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Callable, Optional, Sequence
 
-from absl import logging
 import gin
 import tensorflow as tf
 
 from paragan_tf.data import class_groups
 from paragan_tf.data import congestion as congestion_lib
 from paragan_tf.data import datasets
+from paragan_tf.data import service as service_lib
+from paragan_tf.data.tuning import InputConfig, InputTuner, Tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
 
@@ -105,93 +115,9 @@ def _fit(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
     return out / 127.5 - 1.0
 
 
-@dataclasses.dataclass(frozen=True)
-class InputConfig:
-    """How the real-image pipeline reads (see `input_config`)."""
-
-    mode: str = "aware"
-    num_shards: int = 16
-    read_parallelism: int = 0
-    prefetch: int = 0
-    adaptive: bool = True
-    target_stall: float = 0.05
-    max_read_parallelism: int = 64
-    congestion: congestion_lib.Congestion = congestion_lib.Congestion()
-
-    @property
-    def sharded(self) -> bool:
-        """Read shard by shard every epoch (else: read once, cache in memory)."""
-        return self.mode == "naive" or self.congestion.active
-
-
-@gin.configurable("input_pipeline")
-def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: int = 0,
-                 prefetch: int = 0, adaptive: bool = True, target_stall: float = 0.05,
-                 max_read_parallelism: int = 64) -> InputConfig:
-    """The congestion-aware pipeline's settings (ParaGAN section 4).
-
-    Args:
-      mode: "aware": shards read by a parallel interleave, decode/resize with
-        AUTOTUNE parallelism, prefetch, and (adaptive) both raised while the
-        measured input stall exceeds target_stall; "naive": shards read one
-        after another, sequential map, no prefetch (the baseline).
-      num_shards: the source is read as this many shards ("files").
-      read_parallelism: shards read at once in aware mode; 0: start at
-        max(4, CPU count) (reads wait on storage, not on cores).
-      prefetch: per-replica batches prefetched in aware mode; 0: start at 2.
-      adaptive: double read parallelism and prefetch (a new input iterator at
-        the next log boundary) while perf/input_wait_frac > target_stall.
-      target_stall: the input wait fraction the tuner aims below.
-      max_read_parallelism: the tuner's ceiling (prefetch goes to the same).
-
-    In-memory sources with no injected congestion in aware mode are decoded
-    once and cached: nothing to tune there. Injected congestion
-    (`congestion.*`) models a store too large to cache: every epoch re-reads.
-    """
-    if mode not in ("aware", "naive"):
-        raise ConfigError(f"input_pipeline.mode={mode!r} must be 'aware' or 'naive'")
-    if num_shards < 1 or read_parallelism < 0 or prefetch < 0 or max_read_parallelism < 1:
-        raise ConfigError("input_pipeline: num_shards and max_read_parallelism must be >= 1, "
-                          "read_parallelism and prefetch >= 0")
-    return InputConfig(mode, num_shards, read_parallelism, prefetch, adaptive, target_stall,
-                       max_read_parallelism, congestion_lib.congestion_config())
-
-
-@dataclasses.dataclass(frozen=True)
-class Tuning:
-    """The knobs the tuner turns: shards read at once and batches prefetched."""
-
-    read_parallelism: int
-    prefetch: int
-
-
-class InputTuner:
-    """Raises read parallelism and prefetch depth while the measured input stall is too high."""
-
-    def __init__(self, config: InputConfig):
-        self.config = config
-        self.tuning = Tuning(config.read_parallelism or max(4, os.cpu_count() or 1),
-                             config.prefetch or 2)
-
-    def observe(self, stall_frac: float) -> bool:
-        """Feeds one window's input wait fraction; True when the tuning changed."""
-        cfg, old = self.config, self.tuning
-        if not (cfg.adaptive and cfg.mode == "aware" and cfg.sharded):
-            return False
-        if stall_frac <= cfg.target_stall or old.read_parallelism >= cfg.max_read_parallelism:
-            return False
-        self.tuning = Tuning(min(2 * old.read_parallelism, cfg.max_read_parallelism),
-                             min(2 * old.prefetch, cfg.max_read_parallelism))
-        logging.info("input stalls %.1f%% of the time (target %.1f%%): read parallelism "
-                     "%d -> %d, prefetch %d -> %d", 100 * stall_frac, 100 * cfg.target_stall,
-                     old.read_parallelism, self.tuning.read_parallelism, old.prefetch,
-                     self.tuning.prefetch)
-        return True
-
-
 def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
                      tuning: Tuning, ctx: tf.distribute.InputContext,
-                     seed: int) -> tf.data.Dataset:
+                     seed: Optional[int]) -> tf.data.Dataset:
     """Raw examples, read shard by shard through the (possibly congested) store, forever."""
     base = source.make(split)
     shards = tf.data.Dataset.range(inputs.num_shards)
@@ -215,11 +141,13 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                   seed: int, per_process_offset: bool = False,
                   classes: Optional[Sequence[int]] = None,
                   inputs: InputConfig = InputConfig(),
-                  tuning: Optional[Tuning] = None) -> InputFn:
+                  tuning: Optional[Tuning] = None,
+                  service: Optional[service_lib.LocalDataService] = None) -> InputFn:
     """Per-input-pipeline dataset of (images float32 [b, r, r, c] in [-1, 1], labels int32 [b]).
 
     classes: keep only examples of these labels (per-class training); None: all.
     inputs, tuning: how to read (see `input_config`); tuning None: the tuner's start.
+    service: read through these tf.data service workers (inputs.service_workers).
 
     per_process_offset: start each process's stream at a position given by the
     pid of the process running the pipeline. Parameter-server workers all get
@@ -243,13 +171,13 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
 
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = ctx.get_per_replica_batch_size(global_batch_size)
+        shuffle_seed = None if service else seed + ctx.input_pipeline_id
         if inputs.sharded:
             ds = fit(keep(_sharded_records(source, config.split, inputs, tuning, ctx,
-                                           seed + ctx.input_pipeline_id)))
+                                           shuffle_seed)))
             # Shards arrive interleaved in a fresh order every epoch already; a
             # record buffer of the full size would first wait for that many slow reads.
-            ds = ds.shuffle(min(config.shuffle_buffer, 8 * batch),
-                            seed=seed + ctx.input_pipeline_id)
+            ds = ds.shuffle(min(config.shuffle_buffer, 8 * batch), seed=shuffle_seed)
         else:
             ds = source.make(config.split)
             if ctx.num_input_pipelines > 1:
@@ -257,7 +185,7 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             ds = fit(keep(ds))
             if source.in_memory:  # resize/pad once, not every epoch
                 ds = ds.cache()
-            ds = ds.shuffle(config.shuffle_buffer, seed=seed + ctx.input_pipeline_id,
+            ds = ds.shuffle(config.shuffle_buffer, seed=shuffle_seed,
                             reshuffle_each_iteration=True).repeat()
         if per_process_offset:
             pid = tf.strings.to_number(cluster.process_id(), tf.int64)
@@ -266,6 +194,8 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             ds = ds.map(lambda image, label: (tf.image.random_flip_left_right(image), label),
                         num_parallel_calls=parallel)
         ds = ds.batch(batch, drop_remainder=True)
+        if service:
+            ds = service.distribute(ds, job_name=f"real_{seed}_{ctx.input_pipeline_id}")
         if naive:
             return ds
         return ds.prefetch(tuning.prefetch if inputs.sharded else tf.data.AUTOTUNE)

@@ -33,7 +33,9 @@ import tensorflow as tf
 
 from paragan_tf.data import class_groups
 from paragan_tf.data import pipeline
+from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
+from paragan_tf.errors import ConfigError
 from paragan_tf.train import checkpoints
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
@@ -183,6 +185,13 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
     cfg = exp.config
     options = config_lib.async_config()
+    if exp.input_config.service_workers:
+        raise ConfigError("input_pipeline.service_workers is not available under "
+                          "strategy.kind='parameter_server': every worker already runs its "
+                          "own input pipeline; set it to 0")
+    if exp.input_config.sharded and exp.input_config.adaptive:
+        logging.info("input tuning is not adaptive under parameter_server: workers read "
+                     "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)
     tf.io.gfile.makedirs(model_dir)
     ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, True, 0, **exp.trackables())

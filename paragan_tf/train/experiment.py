@@ -19,6 +19,7 @@ from paragan_tf import losses
 from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
+from paragan_tf.data import tuning
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
@@ -31,7 +32,7 @@ from paragan_tf.train import optimizers
 class Experiment:
     config: config_lib.TrainConfig
     data: pipeline.DatasetConfig
-    input_config: pipeline.InputConfig
+    input_config: tuning.InputConfig
     source: datasets.Source
     strategy: tf.distribute.Strategy
     generator: biggan.Generator
@@ -65,7 +66,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     """
     config = config_lib.train_config()
     data = pipeline.dataset_config()
-    input_config = pipeline.input_config()
+    input_config = tuning.input_config()
     if data.resolution not in biggan.G_ARCH:
         raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
                           f"choose one of {sorted(biggan.G_ARCH)}")
@@ -93,8 +94,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
-    return Experiment(config, data, input_config, source, strategy, generator, discriminator, generator_ema,
-                      g_optimizer, d_optimizer, step, ema, loss_fn, classes, layout)
+    return Experiment(config, data, input_config, source, strategy, generator, discriminator,
+                      generator_ema, g_optimizer, d_optimizer, step, ema, loss_fn, classes,
+                      layout)
 
 
 def summary(exp: Experiment) -> dict:

@@ -23,6 +23,8 @@ import tensorflow as tf
 from paragan_tf import images as images_lib
 from paragan_tf import sampling
 from paragan_tf.data import pipeline
+from paragan_tf.data import tuning
+from paragan_tf.data import service as service_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import preemption
@@ -79,7 +81,8 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
     strategy = exp.strategy
     # XLA compiles the per-replica step only: a compiled function cannot call
     # next(iterator), so the iterators stay outside it (layout.py says where it works).
-    replica_step = tf.function(gan_step.__call__, jit_compile=True) if exp.layout.xla else gan_step
+    replica_step = (tf.function(gan_step.__call__, jit_compile=True) if exp.layout.xla
+                    else gan_step)
 
     def reduce(metrics):
         return {k: strategy.reduce(tf.distribute.ReduceOp.MEAN if k.startswith(_MEAN_METRICS)
@@ -187,13 +190,18 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
 
     # Fresh shuffles and noise after a resume rather than replaying the start.
     seed = cfg.seed * 1_000_003 + start
-    tuner = pipeline.InputTuner(exp.input_config)
+    tuner = tuning.InputTuner(exp.input_config)
+    service = None
+    if exp.input_config.service_workers:
+        service = service_lib.LocalDataService(exp.input_config.service_workers)
+        exp.inputs.append(service)  # the servers live as long as the run
 
     def real_iterator(generation: int):
         # A new generation (the tuner changed the read settings) starts a fresh shuffle.
         return iter(strategy.distribute_datasets_from_function(pipeline.real_input_fn(
             exp.source, exp.data, cfg.batch_size, seed + 7919 * generation,
-            classes=exp.classes, inputs=exp.input_config, tuning=tuner.tuning)))
+            classes=exp.classes, inputs=exp.input_config, tuning=tuner.tuning,
+            service=service)))
     real_it, generation = real_iterator(0), 0
     noise_it = iter(strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
         exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed, classes=exp.classes)))

@@ -1,0 +1,109 @@
+"""The input pipeline's settings, and the tuner that reacts to measured input stalls.
+
+ParaGAN section 4: measure, per step, how long training waited for input; when
+that wait grows (a congested store), raise read parallelism and prefetch depth,
+and report it. The trainer (train/loop.py) measures `perf/input_wait_frac` per
+log window and feeds it to `InputTuner.observe`; when the tuning changes it
+builds a new input iterator with it (data/pipeline.py reads the settings).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from absl import logging
+import gin
+
+from paragan_tf.data import congestion as congestion_lib
+from paragan_tf.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class InputConfig:
+    """How the real-image pipeline reads (see `input_config`)."""
+
+    mode: str = "aware"
+    num_shards: int = 16
+    read_parallelism: int = 0
+    prefetch: int = 0
+    adaptive: bool = True
+    target_stall: float = 0.05
+    max_read_parallelism: int = 64
+    service_workers: int = 0
+    congestion: congestion_lib.Congestion = congestion_lib.Congestion()
+
+    @property
+    def sharded(self) -> bool:
+        """Read shard by shard every epoch (else: read once, cache in memory)."""
+        return self.mode == "naive" or self.congestion.active
+
+
+@gin.configurable("input_pipeline")
+def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: int = 0,
+                 prefetch: int = 0, adaptive: bool = True, target_stall: float = 0.05,
+                 max_read_parallelism: int = 64, service_workers: int = 0) -> InputConfig:
+    """The congestion-aware pipeline's settings (ParaGAN section 4).
+
+    Args:
+      mode: "aware": shards read by a parallel interleave, decode/resize with
+        AUTOTUNE parallelism, prefetch, and (adaptive) both raised while the
+        measured input stall exceeds target_stall; "naive": shards read one
+        after another, sequential map, no prefetch (the baseline).
+      num_shards: the source is read as this many shards ("files").
+      read_parallelism: shards read at once in aware mode; 0: start at
+        max(4, CPU count) (reads wait on storage, not on cores).
+      prefetch: per-replica batches prefetched in aware mode; 0: start at 2.
+      adaptive: double read parallelism and prefetch (a new input iterator at
+        the next log boundary) while perf/input_wait_frac > target_stall.
+      target_stall: the input wait fraction the tuner aims below.
+      max_read_parallelism: the tuner's ceiling (prefetch goes to the same).
+      service_workers: read through this many tf.data service workers started
+        on 127.0.0.1 (data/service.py); 0: in the trainer's own tf.data runtime.
+        Each service worker shuffles with its own random seed (identical seeds
+        would make every worker deliver the same stream).
+
+    In-memory sources with no injected congestion in aware mode are decoded
+    once and cached: nothing to tune there. Injected congestion
+    (`congestion.*`) models a store too large to cache: every epoch re-reads.
+    """
+    if mode not in ("aware", "naive"):
+        raise ConfigError(f"input_pipeline.mode={mode!r} must be 'aware' or 'naive'")
+    if (num_shards < 1 or read_parallelism < 0 or prefetch < 0 or max_read_parallelism < 1
+            or service_workers < 0):
+        raise ConfigError("input_pipeline: num_shards and max_read_parallelism must be >= 1, "
+                          "read_parallelism, prefetch and service_workers >= 0")
+    return InputConfig(mode, num_shards, read_parallelism, prefetch, adaptive, target_stall,
+                       max_read_parallelism, service_workers, congestion_lib.congestion_config())
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """The knobs the tuner turns: shards read at once and batches prefetched."""
+
+    read_parallelism: int
+    prefetch: int
+
+
+class InputTuner:
+    """Raises read parallelism and prefetch depth while the measured input stall is too high."""
+
+    def __init__(self, config: InputConfig):
+        self.config = config
+        self.tuning = Tuning(config.read_parallelism or max(4, os.cpu_count() or 1),
+                             config.prefetch or 2)
+
+    def observe(self, stall_frac: float) -> bool:
+        """Feeds one window's input wait fraction; True when the tuning changed."""
+        cfg, old = self.config, self.tuning
+        if not (cfg.adaptive and cfg.mode == "aware" and cfg.sharded):
+            return False
+        if stall_frac <= cfg.target_stall or old.read_parallelism >= cfg.max_read_parallelism:
+            return False
+        self.tuning = Tuning(min(2 * old.read_parallelism, cfg.max_read_parallelism),
+                             min(2 * old.prefetch, cfg.max_read_parallelism))
+        logging.info("input stalls %.1f%% of the time (target %.1f%%): read parallelism "
+                     "%d -> %d, prefetch %d -> %d", 100 * stall_frac, 100 * cfg.target_stall,
+                     old.read_parallelism, self.tuning.read_parallelism, old.prefetch,
+                     self.tuning.prefetch)
+        return True
