@@ -91,7 +91,7 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
     return source
 
 
-def _fit(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
+def fit_image(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
     """uint8 [h, w, c] of any size -> float32 [resolution, resolution, c] in [-1, 1]."""
     image = tf.cast(image, tf.float32)
     shape = tf.shape(image)
@@ -166,7 +166,8 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             tf.equal(tf.cast(label, tf.int32), wanted)))
 
     def fit(ds):
-        return ds.map(lambda image, label: (_fit(image, config.resolution, config.fit), label),
+        return ds.map(lambda image, label: (fit_image(image, config.resolution, config.fit),
+                                            label),
                       num_parallel_calls=parallel, deterministic=None if naive else True)
 
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
