@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, NoReturn
+from typing import Callable, NoReturn, Optional
 
 from absl import flags
 from absl import logging
@@ -24,6 +24,29 @@ def define_gin_flags() -> None:
 
 def parse_gin(finalize: bool = True) -> None:
     config_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, finalize=finalize)
+
+
+def restore_run(run_dir: str, checkpoint: Optional[str] = None):
+    """(Experiment, checkpoint path): a finished or running training run, rebuilt from its
+    operative_config.gin (then --gin_file/--gin_bindings) at `checkpoint` or its newest.
+
+    One device unless the bindings choose another strategy: sampling, evaluation
+    and export run beside the training job, not inside its cluster.
+    """
+    from paragan_tf.train import checkpoints  # pylint: disable=import-outside-toplevel
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    operative = os.path.join(run_dir, "operative_config.gin")
+    if not os.path.exists(operative):
+        fail(f"{run_dir} has no operative_config.gin; is it a bin/train.py --model_dir?")
+    config_lib.parse([operative] + FLAGS.gin_file,
+                     ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings, finalize=False)
+    exp = experiment.build(check_data=False)
+    saver = checkpoints.Checkpointer(run_dir, max_to_keep=1000, **exp.trackables())
+    path = saver.restore(checkpoint) if checkpoint else saver.restore_latest()
+    if path is None:
+        fail(f"{run_dir} holds no checkpoint yet")
+    logging.info("%s: step %d, classes %s", path, int(exp.step.numpy()), exp.classes)
+    return exp, path
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

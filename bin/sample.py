@@ -2,6 +2,13 @@
 
     python bin/sample.py --model_dir=runs/default --truncation=1.0
     python bin/sample.py --model_dir=runs/per_class   # a per-class run's root
+    python bin/sample.py --model_dir=runs/default --mode=latent_interpolation
+    python bin/sample.py --model_dir=runs/default --mode=class_interpolation --classes=0,5,9
+
+Modes: grid (rows = classes, the same latents in every row), latent_interpolation
+(rows = classes, columns walk from one latent to another), class_interpolation
+(rows = consecutive pairs of --classes, a fixed latent per row, the conditioning
+moving from the first class to the second). --per_class sets the columns.
 
 The run's own operative_config.gin (written by bin/train.py) describes the
 models; extra --gin_file/--gin_bindings are applied after it. For a per-class
@@ -13,7 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
-from typing import List
+from typing import List, Tuple
 
 from absl import app
 from absl import flags
@@ -21,16 +28,14 @@ from absl import logging
 import numpy as np
 
 import common
-from paragan_tf import config as config_lib
 from paragan_tf import images
 from paragan_tf import sampling
-from paragan_tf.distribute import strategy as strategy_lib
-from paragan_tf.train import checkpoints
-from paragan_tf.train import experiment
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
-flags.DEFINE_string("output", None, "PNG path; default <model_dir>/samples/sample.png.")
+flags.DEFINE_enum("mode", "grid", ["grid", "latent_interpolation", "class_interpolation"],
+                  "What to draw (see above).")
+flags.DEFINE_string("output", None, "PNG path; default <model_dir>/samples/sample.png (grid) or <mode>.png.")
 flags.DEFINE_float("truncation", 0.0, "Truncation threshold for z (0: none).")
 flags.DEFINE_integer("per_class", 10, "Samples per class (grid columns).")
 flags.DEFINE_list("classes", None, "Class ids for the rows; default: all (up to 10).")
@@ -50,38 +55,31 @@ def _run_dirs(model_dir: str) -> List[str]:
     return groups
 
 
-def _restore(run_dir: str) -> experiment.Experiment:
-    """The run in run_dir, built from its operative config, at its newest checkpoint."""
-    # Sampling needs no replicas: one device whatever the run used.
-    config_lib.parse([os.path.join(run_dir, "operative_config.gin")] + FLAGS.gin_file,
-                     FLAGS.gin_bindings + ["strategy.kind = 'one_device'"], finalize=False)
-    exp = experiment.build(strategy=strategy_lib.make_strategy(), check_data=False)
-    path = checkpoints.Checkpointer(run_dir, max_to_keep=1000, **exp.trackables()).restore_latest()
-    if path is None:
-        common.fail(f"{run_dir} holds no checkpoint")
-    logging.info("%s: step %d, classes %s", path, int(exp.step.numpy()), exp.classes)
-    return exp
+def _wanted(num_classes: int) -> List[int]:
+    wanted = ([int(c) for c in FLAGS.classes] if FLAGS.classes
+              else sampling.default_classes(num_classes))
+    bad = [c for c in wanted if not 0 <= c < num_classes]
+    if bad:
+        common.fail(f"--classes {bad} out of range [0, {num_classes})")
+    return wanted
 
 
-def _main() -> int:
-    if not FLAGS.model_dir:
-        common.fail("--model_dir is required (a folder bin/train.py wrote)")
+def _refresh(exp) -> None:
+    if FLAGS.standing_stats_batches:
+        sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
+                                       FLAGS.standing_stats_batches, classes=exp.classes)
+
+
+def _grid(run_dirs: List[str]) -> Tuple[np.ndarray, int]:
+    """Class rows, each from the run (of a per-class root) that trained that class."""
     rows, wanted = {}, None
-    for run_dir in _run_dirs(FLAGS.model_dir):
-        exp = _restore(run_dir)
-        if wanted is None:
-            num_classes = exp.source.num_classes
-            wanted = ([int(c) for c in FLAGS.classes] if FLAGS.classes
-                      else sampling.default_classes(num_classes))
-            bad = [c for c in wanted if not 0 <= c < num_classes]
-            if bad:
-                common.fail(f"--classes {bad} out of range [0, {num_classes})")
+    for run_dir in run_dirs:
+        exp, _ = common.restore_run(run_dir)
+        wanted = wanted or _wanted(exp.source.num_classes)
         mine = [c for c in wanted if c in exp.classes and c not in rows]
         if not mine:
             continue
-        if FLAGS.standing_stats_batches:
-            sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
-                                           FLAGS.standing_stats_batches, classes=exp.classes)
+        _refresh(exp)
         samples = sampling.class_samples(exp.generator_ema, mine, FLAGS.per_class, FLAGS.seed,
                                          FLAGS.truncation or None)
         for i, c in enumerate(mine):
@@ -89,10 +87,36 @@ def _main() -> int:
     missing = [c for c in wanted if c not in rows]
     if missing:
         common.fail(f"no run under {FLAGS.model_dir} trained classes {missing}")
-    grid = images.grid(np.concatenate([rows[c] for c in wanted]), rows=len(wanted))
-    output = FLAGS.output or os.path.join(FLAGS.model_dir, "samples", "sample.png")
-    images.write_png(output, grid)
-    logging.info("classes %s: %s", wanted, output)
+    return np.concatenate([rows[c] for c in wanted]), len(wanted)
+
+
+def _interpolation(run_dirs: List[str]) -> Tuple[np.ndarray, int]:
+    if len(run_dirs) > 1:
+        common.fail(f"--mode={FLAGS.mode} needs a single run; {FLAGS.model_dir} is a per-class "
+                    "root with one generator per group (pass one group_*/ folder)")
+    exp, _ = common.restore_run(run_dirs[0])
+    wanted = _wanted(exp.source.num_classes)
+    _refresh(exp)
+    truncation = FLAGS.truncation or None
+    if FLAGS.mode == "latent_interpolation":
+        return sampling.latent_interpolation(exp.generator_ema, wanted, FLAGS.per_class,
+                                             FLAGS.seed, truncation), len(wanted)
+    pairs = list(zip(wanted, wanted[1:]))
+    if not pairs:
+        common.fail("--mode=class_interpolation needs at least two --classes")
+    return sampling.class_interpolation(exp.generator_ema, pairs, FLAGS.per_class, FLAGS.seed,
+                                        truncation), len(pairs)
+
+
+def _main() -> int:
+    if not FLAGS.model_dir:
+        common.fail("--model_dir is required (a folder bin/train.py wrote)")
+    run_dirs = _run_dirs(FLAGS.model_dir)
+    samples, rows = (_grid if FLAGS.mode == "grid" else _interpolation)(run_dirs)
+    name = "sample.png" if FLAGS.mode == "grid" else f"{FLAGS.mode}.png"
+    output = FLAGS.output or os.path.join(FLAGS.model_dir, "samples", name)
+    images.write_png(output, images.grid(samples, rows=rows))
+    logging.info("%s: %s", FLAGS.mode, output)
     print(output, flush=True)
     return 0
 

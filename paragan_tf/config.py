@@ -16,6 +16,7 @@ from paragan_tf import losses  # noqa: F401
 from paragan_tf.data import pipeline  # noqa: F401
 from paragan_tf.distribute import strategy  # noqa: F401
 from paragan_tf.errors import ConfigError
+from paragan_tf.eval import evaluator  # noqa: F401
 from paragan_tf.models import biggan  # noqa: F401
 from paragan_tf.train import config  # noqa: F401
 from paragan_tf.train import optimizers  # noqa: F401

@@ -1,4 +1,4 @@
-"""Sampling from a generator: class-row grids, with the truncation trick."""
+"""Sampling from a generator: class-row grids, interpolations, the truncation trick."""
 
 from __future__ import annotations
 
@@ -81,3 +81,27 @@ def class_grid(generator: keras.Model, classes: Sequence[int], per_class: int, s
     """
     return images_lib.grid(class_samples(generator, classes, per_class, seed, truncation),
                            rows=len(classes))
+
+
+def latent_interpolation(generator: keras.Model, classes: Sequence[int], steps: int,
+                         seed: int = 0, truncation: Optional[float] = None) -> np.ndarray:
+    """One row per class: z moves linearly from one latent to another across `steps` columns.
+
+    Every row walks the same path in z, so rows differ only by class.
+    """
+    ends = latents(2, generator.dim_z, seed, truncation)
+    t = tf.linspace(0.0, 1.0, steps)[:, None]
+    path = (1.0 - t) * ends[0] + t * ends[1]
+    z = tf.tile(path, [len(classes), 1])
+    labels = tf.repeat(tf.constant(list(classes), tf.int32), steps)
+    return generator((z, labels), training=False).numpy()
+
+
+def class_interpolation(generator: keras.Model, pairs: Sequence[Sequence[int]], steps: int,
+                        seed: int = 0, truncation: Optional[float] = None) -> np.ndarray:
+    """One row per (a, b) pair: fixed z, conditioning moving from class a to class b."""
+    z = tf.repeat(latents(len(pairs), generator.dim_z, seed, truncation), steps, axis=0)
+    t = tf.linspace(0.0, 1.0, steps)[:, None]
+    rows = [(1.0 - t) * tf.one_hot(a, generator.num_classes)
+            + t * tf.one_hot(b, generator.num_classes) for a, b in pairs]
+    return generator((z, tf.concat(rows, 0)), training=False).numpy()

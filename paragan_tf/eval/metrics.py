@@ -29,10 +29,11 @@ def frechet_distance(real: np.ndarray, generated: np.ndarray) -> float:
 
 
 def kernel_distance(real: np.ndarray, generated: np.ndarray,
-                    num_subsets: int = 10) -> Tuple[float, float]:
-    """KID (unbiased MMD^2 with the cubic polynomial kernel) and its std over subsets."""
+                    block_size: int = 1024) -> Tuple[float, float]:
+    """KID: unbiased MMD^2 with the cubic polynomial kernel, averaged over blocks of at most
+    `block_size` samples, and the standard error of that average."""
     kid, std = _tfgan.kernel_classifier_distance_and_std_from_activations(
-        _float64(real), _float64(generated), num_classes=num_subsets)
+        _float64(real), _float64(generated), max_block_size=block_size)
     return float(kid), float(std)
 
 

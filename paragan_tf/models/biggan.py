@@ -54,6 +54,9 @@ def _check_resolution(resolution: int, who: str) -> None:
 class Generator(keras.Model):
     """Class-conditional BigGAN generator: (z, labels) -> images in [-1, 1], NHWC.
 
+    labels: int class ids [b], or float class weights [b, num_classes] (rows
+    summing to 1) to condition on a mix of classes (class interpolation).
+
     Args:
       resolution: output height and width (32, 64, 128, 256 or 512).
       num_classes: number of classes; normally taken from the dataset.
@@ -111,7 +114,8 @@ class Generator(keras.Model):
         chunks = (tf.split(z, len(self.blocks) + 1, axis=-1) if self.hierarchical_z
                   else [z] * (len(self.blocks) + 1))
         if self.shared is not None:
-            embedded = self.shared(labels)
+            embedded = (tf.matmul(tf.cast(labels, tf.float32), self.shared.embeddings)
+                        if labels.dtype.is_floating else self.shared(labels))
             conditions = [tf.concat([embedded, c], -1) if self.hierarchical_z else embedded
                           for c in chunks[1:]]
         else:

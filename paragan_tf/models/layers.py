@@ -198,6 +198,10 @@ class ConditionalBatchNorm(keras.layers.Layer):
         if self.conditioning == "none":
             return self.gain[None, :], self.bias[None, :]
         if self.conditioning == "class":
+            if condition.dtype.is_floating:  # class weights [b, classes]: interpolation
+                weights = tf.cast(condition, tf.float32)
+                return (1.0 + tf.matmul(weights, self.gain_embed),
+                        tf.matmul(weights, self.bias_embed))
             labels = tf.cast(condition, tf.int32)
             return 1.0 + tf.gather(self.gain_embed, labels), tf.gather(self.bias_embed, labels)
         condition = tf.cast(condition, tf.float32)

@@ -35,6 +35,7 @@ from paragan_tf.data import class_groups
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
+from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import checkpoints
 from paragan_tf.train import config as config_lib
@@ -189,6 +190,10 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         raise ConfigError("input_pipeline.service_workers is not available under "
                           "strategy.kind='parameter_server': every worker already runs its "
                           "own input pipeline; set it to 0")
+    if evaluator_lib.eval_config().every_steps:
+        raise ConfigError("eval.every_steps is not available under "
+                          "strategy.kind='parameter_server' (the coordinator has no replicas "
+                          "to generate on); evaluate beside it with bin/eval.py --watch")
     if exp.input_config.sharded and exp.input_config.adaptive:
         logging.info("input tuning is not adaptive under parameter_server: workers read "
                      "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)

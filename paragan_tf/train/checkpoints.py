@@ -49,8 +49,12 @@ class Checkpointer:
     def restore_latest(self) -> Optional[str]:
         """Restores the newest checkpoint, if any; returns its path."""
         path = self.latest
-        if path is None:
-            return None
+        return None if path is None else self.restore(path)
+
+    def restore(self, path: str) -> str:
+        """Restores the checkpoint at `path` (a prefix such as model_dir/ckpt-200)."""
+        if not tf.io.gfile.exists(path + ".index"):
+            raise ConfigError(f"checkpoint {path} does not exist (no {path}.index)")
         try:
             self.checkpoint.restore(path).assert_consumed()
         except RESTORE_ERRORS as e:

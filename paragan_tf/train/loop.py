@@ -24,6 +24,7 @@ from paragan_tf import images as images_lib
 from paragan_tf import sampling
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
+from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.data import service as service_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment as experiment_lib
@@ -206,6 +207,10 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     noise_it = iter(strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
         exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed, classes=exp.classes)))
     loop = make_loop_fn(exp, make_gan_step(exp))
+    eval_every = evaluator_lib.eval_config().every_steps
+    # Every worker evaluates (generation runs collectives); the chief writes.
+    evaluator = (evaluator_lib.Evaluator(exp, model_dir, write=is_chief) if eval_every
+                 else None)
 
     step, metrics = start, {}
     t_begin = time.perf_counter()
@@ -219,9 +224,9 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     signals = (signal.SIGINT,) if handler else (signal.SIGTERM, signal.SIGINT)
     with SignalFlag(signals) as flag:
         while step < cfg.total_steps and flag.signum is None:
-            boundary = min(cfg.total_steps,
-                           *(step - step % k + k for k in (cfg.log_every, cfg.checkpoint_every,
-                                                           cfg.sample_every)))
+            intervals = (cfg.log_every, cfg.checkpoint_every, cfg.sample_every) + (
+                (eval_every,) if eval_every else ())
+            boundary = min(cfg.total_steps, *(step - step % k + k for k in intervals))
             n = min(cfg.steps_per_loop, boundary - step)
             t0 = time.perf_counter()
             out, wait = loop(real_it, noise_it, tf.constant(n, tf.int64))
@@ -265,6 +270,10 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                     logging.info("samples: %s", path)
             if step % cfg.checkpoint_every == 0 or step == cfg.total_steps:
                 logging.info("checkpoint: %s", ckpt.save(step))
+            if evaluator and (step % eval_every == 0 or step == cfg.total_steps):
+                # The best checkpoint is kept by copying it: evaluate saved weights only.
+                path = ckpt.latest if ckpt.saved_step == step else ckpt.save(step)
+                metrics.update(evaluator.evaluate(step, path, writer))
             if handler:
                 handler.check(step)
         if flag.signum is not None:

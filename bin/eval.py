@@ -1,0 +1,102 @@
+"""Evaluates a run's checkpoints: FCD (or FID), KCD/KID, classifier/Inception score, accuracy.
+
+    python bin/eval.py --model_dir=runs/quality/run \
+        --gin_bindings="eval.classifier_path='runs/quality/classifier'"        # newest
+    python bin/eval.py --model_dir=runs/x --checkpoint=runs/x/ckpt-400        # that one
+    python bin/eval.py --model_dir=runs/x --watch                             # sidecar
+
+Builds the run from its operative_config.gin (one device unless --gin_bindings
+choose a strategy), restores each checkpoint, evaluates the EMA generator and
+writes <model_dir>/eval/metrics.json (every evaluation and the best), TensorBoard
+scalars metrics/* under <model_dir>/eval, and copies the best checkpoint to
+<model_dir>/eval/best/. --watch evaluates every checkpoint not yet evaluated, waits for
+new ones, and stops once the run has finished (train_result.json) and all are
+done, or after --timeout_secs without a new checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+import common
+from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.train import checkpoints
+
+FLAGS = flags.FLAGS
+common.define_gin_flags()
+flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to evaluate; default the newest.")
+flags.DEFINE_bool("watch", False, "Evaluate every checkpoint as it appears (sidecar).")
+flags.DEFINE_float("poll_secs", 10.0, "--watch: seconds between looks for new checkpoints.")
+flags.DEFINE_float("timeout_secs", 3600.0, "--watch: give up after this long without one.")
+
+
+def _pending(model_dir: str, done: set) -> list:
+    state = tf.train.get_checkpoint_state(model_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    return [p for p in paths if p not in done]
+
+
+def _wait_for_first_checkpoint(model_dir: str) -> None:
+    """A sidecar may start before the trainer has written anything."""
+    start = time.monotonic()
+    while not (os.path.exists(os.path.join(model_dir, "operative_config.gin"))
+               and tf.train.latest_checkpoint(model_dir)):
+        if time.monotonic() - start > FLAGS.timeout_secs:
+            common.fail(f"no checkpoint appeared in {model_dir} in {FLAGS.timeout_secs:.0f} s",
+                        code=1)
+        logging.info("waiting for the first checkpoint in %s", model_dir)
+        time.sleep(FLAGS.poll_secs)
+
+
+def _main() -> int:
+    if not FLAGS.model_dir:
+        common.fail("--model_dir is required (a folder bin/train.py wrote)")
+    if FLAGS.watch:
+        _wait_for_first_checkpoint(FLAGS.model_dir)
+    exp, path = common.restore_run(FLAGS.model_dir, FLAGS.checkpoint)
+    out_dir = os.path.join(FLAGS.model_dir, "eval")
+    evaluator = evaluator_lib.Evaluator(exp, out_dir)
+    writer = tf.summary.create_file_writer(out_dir)
+    saver = checkpoints.Checkpointer(FLAGS.model_dir, max_to_keep=1000, **exp.trackables())
+    done = {e["checkpoint"] for e in evaluator.history["evaluations"]}
+    if not FLAGS.watch:
+        result = evaluator.evaluate(int(exp.step.numpy()), path, writer)
+        print(json.dumps(dict(step=int(exp.step.numpy()), checkpoint=path, **result)),
+              flush=True)
+        common.exit_now(0)
+    last_new = time.monotonic()
+    while True:
+        pending = _pending(FLAGS.model_dir, done)
+        for path in pending:
+            try:
+                saver.restore(path)
+            except common.ConfigError as e:  # deleted by max_to_keep meanwhile
+                logging.warning("skipping %s: %s", path, e)
+                done.add(path)
+                continue
+            evaluator.evaluate(int(exp.step.numpy()), path, writer)
+            writer.flush()
+            done.add(path)
+            last_new = time.monotonic()
+        finished = os.path.exists(os.path.join(FLAGS.model_dir, "train_result.json"))
+        if finished and not _pending(FLAGS.model_dir, done):
+            logging.info("the run has finished and every checkpoint is evaluated")
+            break
+        if time.monotonic() - last_new > FLAGS.timeout_secs:
+            common.fail(f"no new checkpoint in {FLAGS.model_dir} for {FLAGS.timeout_secs:.0f} s",
+                        code=1)
+        time.sleep(FLAGS.poll_secs)
+    best = evaluator.history["best"]
+    print(json.dumps(best), flush=True)
+    common.exit_now(0)
+
+
+if __name__ == "__main__":
+    app.run(common.absl_main(_main))

@@ -1,0 +1,213 @@
+"""Evaluation of a generator: distances to the real data, scores, conditional accuracy, best kept.
+
+Used in the training loop (every `eval.every_steps`) and by bin/eval.py (one
+checkpoint, or a sidecar watching a model_dir). Generation and feature
+extraction run under the experiment's strategy: each replica generates and
+embeds its share of every batch, the results are gathered.
+
+Every evaluation uses the same latents and labels (a fixed seed, classes
+balanced), so successive checkpoints are compared on the same samples. The
+EMA generator gets standing BN statistics first, as for sample grids.
+
+Results go to `<output_dir>/metrics.json` (all evaluations, and the best by
+the Fréchet distance) and to TensorBoard as `metrics/<name>`; the best
+checkpoint's files are copied to `<output_dir>/best/`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import time
+from typing import Dict, Optional
+
+from absl import logging
+import gin
+import numpy as np
+import tensorflow as tf
+
+from paragan_tf import sampling
+from paragan_tf.data import pipeline
+from paragan_tf.errors import ConfigError
+from paragan_tf.eval import features as features_lib
+from paragan_tf.eval import metrics
+
+METRICS_FILE = "metrics.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    every_steps: int
+    num_samples: int
+    num_real: int
+    batch_size: int
+    feature_extractor: str
+    classifier_path: Optional[str]
+    inception_path: Optional[str]
+    kid_block_size: int
+    seed: int
+
+
+@gin.configurable("eval")
+def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 10000,
+                batch_size: int = 250, feature_extractor: str = "classifier",
+                classifier_path: Optional[str] = None, inception_path: Optional[str] = None,
+                kid_block_size: int = 1000, seed: int = 12345) -> EvalConfig:
+    """Evaluation settings.
+
+    Args:
+      every_steps: evaluate inside the training loop every this many steps; 0: never.
+      num_samples: generated samples per evaluation (classes balanced).
+      num_real: real images for the reference statistics (the test split when
+        the dataset has one, else the train split).
+      batch_size: global batch of generation and feature extraction.
+      feature_extractor: "classifier" (FCD, from bin/train_classifier.py) or
+        "inception" (FID; weights you provide, see eval/features.py).
+      classifier_path, inception_path: the extractor's SavedModel directory.
+      kid_block_size: the kernel distance is averaged over blocks of at most this size.
+      seed: of the evaluation latents (the same for every evaluation).
+    """
+    if every_steps < 0 or num_samples <= 0 or num_real <= 0 or batch_size <= 0:
+        raise ConfigError("eval.every_steps must be >= 0, eval.num_samples, eval.num_real "
+                          "and eval.batch_size > 0")
+    for name, n in (("num_samples", num_samples), ("num_real", num_real)):
+        if n % batch_size:
+            raise ConfigError(f"eval.{name}={n} must be a multiple of eval.batch_size="
+                              f"{batch_size}")
+    return EvalConfig(every_steps, num_samples, num_real, batch_size, feature_extractor,
+                      classifier_path, inception_path, kid_block_size, seed)
+
+
+class Evaluator:
+    """Evaluates an Experiment's EMA generator; keeps metrics.json and the best checkpoint."""
+
+    def __init__(self, exp, output_dir: str, config: Optional[EvalConfig] = None,
+                 write: bool = True):
+        self.exp, self.output_dir, self.write = exp, output_dir, write
+        self.config = config or eval_config()
+        cfg = self.config
+        if cfg.batch_size % exp.strategy.num_replicas_in_sync:
+            raise ConfigError(f"eval.batch_size={cfg.batch_size} is not divisible by the "
+                              f"{exp.strategy.num_replicas_in_sync} replicas")
+        path = cfg.classifier_path if cfg.feature_extractor == "classifier" else cfg.inception_path
+        with exp.strategy.scope():
+            self.extractor = features_lib.load(cfg.feature_extractor, path, exp.data.resolution,
+                                               exp.source.channels, exp.source.name)
+        self.names = self.extractor.names
+        self._real: Optional[np.ndarray] = None
+        tf.io.gfile.makedirs(output_dir)
+        self.history = self._read_history()
+
+    def _read_history(self) -> dict:
+        path = os.path.join(self.output_dir, METRICS_FILE)
+        if tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as f:
+                return json.load(f)
+        return {"metric": self.names["frechet"], "extractor": self.extractor.kind,
+                "extractor_path": self.extractor.path, "evaluations": [], "best": None}
+
+    def _run(self, dataset: tf.data.Dataset, fn) -> Dict[str, np.ndarray]:
+        """fn on every batch of `dataset`, per replica under the strategy; outputs concatenated."""
+        strategy = self.exp.strategy
+
+        @tf.function(autograph=False)
+        def step(batch):
+            out = strategy.run(fn, args=(batch,))
+            return {k: strategy.gather(v, axis=0) for k, v in out.items()}
+        parts = [step(batch) for batch in strategy.experimental_distribute_dataset(dataset)]
+        return {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]}
+
+    def real_features(self) -> np.ndarray:
+        """Features of `num_real` real images (computed once)."""
+        if self._real is None:
+            cfg, exp = self.config, self.exp
+            try:
+                ds = exp.source.make("test")
+            except ConfigError:
+                ds = exp.source.make(exp.data.split)
+            ds = ds.map(lambda image, label: pipeline.fit_image(image, exp.data.resolution,
+                                                                exp.data.fit),
+                        num_parallel_calls=tf.data.AUTOTUNE).take(cfg.num_real)
+            out = self._run(ds.batch(cfg.batch_size, drop_remainder=True),
+                            lambda images: {"features": self.extractor.call(images)["features"]})
+            if len(out["features"]) < cfg.num_real:
+                raise ConfigError(f"eval.num_real={cfg.num_real} but the data has only "
+                                  f"{len(out['features'])} images")
+            self._real = out["features"]
+        return self._real
+
+    def _generated(self) -> Dict[str, np.ndarray]:
+        cfg, exp = self.config, self.exp
+        g = exp.generator_ema
+        classes = tf.constant(exp.classes, tf.int32)
+        index = tf.range(cfg.num_samples)
+        labels = tf.gather(classes, index % len(exp.classes))
+        z = sampling.latents(cfg.num_samples, g.dim_z, cfg.seed)
+        ds = tf.data.Dataset.from_tensor_slices((z, labels)).batch(cfg.batch_size)
+
+        def generate_and_embed(batch):
+            z, labels = batch
+            out = self.extractor.call(g((z, labels), training=False))
+            out["labels"] = labels
+            return out
+        return self._run(ds, generate_and_embed)
+
+    def evaluate(self, step: int, checkpoint: Optional[str] = None, writer=None) -> Dict[str, float]:
+        """Evaluates the EMA generator as it is now (the weights of `checkpoint`, if given)."""
+        start = time.perf_counter()
+        cfg, exp, names = self.config, self.exp, self.names
+        sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
+                                       classes=exp.classes)
+        real = self.real_features()
+        gen = self._generated()
+        kid, kid_std = metrics.kernel_distance(real, gen["features"], cfg.kid_block_size)
+        result = {names["frechet"]: metrics.frechet_distance(real, gen["features"]),
+                  names["kernel"]: kid, names["kernel"] + "_std": kid_std,
+                  names["score"]: metrics.classifier_score(gen["logits"])}
+        if self.extractor.kind == "classifier":
+            result["conditional_accuracy"] = metrics.conditional_accuracy(
+                np.argmax(gen["logits"], -1), gen["labels"])
+        logging.info("eval at step %d (%.0f s, %d samples vs %d real): %s", step,
+                     time.perf_counter() - start, len(gen["features"]), len(real),
+                     "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
+        if not self.write:
+            return result
+        if writer is not None:
+            with writer.as_default():
+                for k, v in result.items():
+                    tf.summary.scalar(f"metrics/{k}", v, step=step)
+        self._record(step, checkpoint, result)
+        return result
+
+    def _record(self, step: int, checkpoint: Optional[str], result: Dict[str, float]) -> None:
+        # The file is the record: another Evaluator (the training loop's) may have added to it.
+        history, key = self._read_history(), self.names["frechet"]
+        self.history = history
+        entry = dict(step=step, checkpoint=checkpoint, **result)
+        history["evaluations"] = [e for e in history["evaluations"] if e["step"] != step]
+        history["evaluations"].append(entry)
+        best = history.get("best")
+        if checkpoint and (best is None or result[key] < best[key]):
+            history["best"] = dict(entry, checkpoint=self._keep_best(checkpoint))
+            logging.info("best %s so far (%.4g) at step %d: %s", key, result[key], step,
+                         history["best"]["checkpoint"])
+        path = os.path.join(self.output_dir, METRICS_FILE)
+        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+            json.dump(history, f, indent=1)
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+    def _keep_best(self, checkpoint: str) -> str:
+        """Copies the checkpoint's files to output_dir/best/ (replacing the previous best)."""
+        best_dir = os.path.join(self.output_dir, "best")
+        if os.path.isdir(best_dir):
+            shutil.rmtree(best_dir)
+        os.makedirs(best_dir)
+        files = glob.glob(checkpoint + ".*")
+        if not files:
+            raise FileNotFoundError(f"checkpoint {checkpoint} has no files to keep")
+        for f in files:
+            shutil.copy2(f, best_dir)
+        return os.path.join(best_dir, os.path.basename(checkpoint))
