@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import PYTHON, run_binary
+from conftest import PYTHON, mirrored_2, run_binary
 from paragan_tf import export
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import classifier
+from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.eval import features
 from paragan_tf.eval import metrics
 from paragan_tf.train import experiment
@@ -113,25 +114,46 @@ def test_classifier_reports_held_out_accuracy(mnist_classifier):
     assert info["test_accuracy"] > 0.8  # two epochs on 4,500 digits; chance is 0.1
 
 
-def test_eval_binary_on_a_tiny_checkpoint_writes_metrics_and_keeps_the_best(
-        tiny_gin, tmp_path, mnist_classifier):
+def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,
+                                                            mnist_classifier):
     path, _ = mnist_classifier
-    tiny_gin("train.total_steps = 2")
+    tiny_gin("train.total_steps = 4")  # checkpoints at steps 2 and 4
     loop.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
-    proc = run_binary("eval.py", f"--model_dir={tmp_path}",
-                      f"--gin_bindings=eval.classifier_path='{path}'",
-                      "--gin_bindings=eval.num_samples=200", "--gin_bindings=eval.num_real=200",
-                      "--gin_bindings=eval.batch_size=100")
+    flags = [f"--model_dir={tmp_path}", f"--gin_bindings=eval.classifier_path='{path}'",
+             "--gin_bindings=eval.num_samples=200", "--gin_bindings=eval.num_real=200",
+             "--gin_bindings=eval.batch_size=100"]
+    proc = run_binary("eval.py", *flags, f"--checkpoint={tmp_path / 'ckpt-2'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["step"] == 2
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["step"] == 2
     saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
-    assert saved["metric"] == "fcd" and saved["evaluations"][0]["step"] == 2
+    assert saved["metric"] == "fcd" and [e["step"] for e in saved["evaluations"]] == [2]
     for key in ("fcd", "kcd", "classifier_score", "conditional_accuracy"):
         assert np.isfinite(saved["evaluations"][0][key]), key
     assert saved["best"]["checkpoint"].endswith(os.path.join("eval", "best", "ckpt-2"))
     assert os.path.exists(saved["best"]["checkpoint"] + ".index")
     assert list((tmp_path / "eval").glob("events.out.tfevents.*"))
+    # The sidecar evaluates what is new (ckpt-4) and stops: the run has finished.
+    proc = run_binary("eval.py", *flags, "--watch", "--poll_secs=0.2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert [e["step"] for e in saved["evaluations"]] == [2, 4]
+    best = min(saved["evaluations"], key=lambda e: e["fcd"])
+    assert saved["best"]["step"] == best["step"]
+
+
+def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mnist_classifier):
+    path, _ = mnist_classifier
+    results = []
+    for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), mirrored_2()):
+        tiny_gin(f"eval.classifier_path = '{path}'", "eval.num_samples = 200",
+                 "eval.num_real = 200", "eval.batch_size = 100")
+        exp = experiment.build(strategy)  # same seed: same initial weights
+        out_dir = str(tmp_path / str(strategy.num_replicas_in_sync))
+        results.append(evaluator_lib.Evaluator(exp, out_dir).evaluate(0))
+    one, two = results
+    assert one.keys() == two.keys()
+    for key in one:
+        assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
 
 
 def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_classifier):

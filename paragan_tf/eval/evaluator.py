@@ -165,8 +165,9 @@ class Evaluator:
         gen = self._generated()
         kid, kid_std = metrics.kernel_distance(real, gen["features"], cfg.kid_block_size)
         result = {names["frechet"]: metrics.frechet_distance(real, gen["features"]),
-                  names["kernel"]: kid, names["kernel"] + "_std": kid_std,
-                  names["score"]: metrics.classifier_score(gen["logits"])}
+                  names["kernel"]: kid, names["score"]: metrics.classifier_score(gen["logits"])}
+        if np.isfinite(kid_std):  # undefined with a single block (fewer samples than a block)
+            result[names["kernel"] + "_std"] = kid_std
         if self.extractor.kind == "classifier":
             result["conditional_accuracy"] = metrics.conditional_accuracy(
                 np.argmax(gen["logits"], -1), gen["labels"])
