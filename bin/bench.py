@@ -37,6 +37,8 @@ flags.DEFINE_string("gin_file", "gin/biggan_cifar10.gin", "step: the experiment 
 flags.DEFINE_multi_string("gin_bindings", [], "step: extra gin bindings.")
 flags.DEFINE_list("layouts", ["fp32", "auto"], "step: layouts (gin/layouts/<name>.gin) to time.")
 flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps).")
+flags.DEFINE_string("profile_dir", None,
+                    "step: also trace 2 steps per layout with tf.profiler into this folder.")
 flags.mark_flag_as_required("suite")
 
 
@@ -50,7 +52,7 @@ def main(argv):
     options = {}
     if FLAGS.suite == "step":
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
-                       layouts=FLAGS.layouts, steps=FLAGS.steps)
+                       layouts=FLAGS.layouts, steps=FLAGS.steps, profile_dir=FLAGS.profile_dir)
     try:
         result = SUITES[FLAGS.suite](progress=_progress, **options)
     except ConfigError as e:

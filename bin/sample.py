@@ -35,7 +35,8 @@ FLAGS = flags.FLAGS
 common.define_gin_flags()
 flags.DEFINE_enum("mode", "grid", ["grid", "latent_interpolation", "class_interpolation"],
                   "What to draw (see above).")
-flags.DEFINE_string("output", None, "PNG path; default <model_dir>/samples/sample.png (grid) or <mode>.png.")
+flags.DEFINE_string("output", None,
+                    "PNG path; default <model_dir>/samples/sample.png (grid) or <mode>.png.")
 flags.DEFINE_float("truncation", 0.0, "Truncation threshold for z (0: none).")
 flags.DEFINE_integer("per_class", 10, "Samples per class (grid columns).")
 flags.DEFINE_list("classes", None, "Class ids for the rows; default: all (up to 10).")

@@ -101,7 +101,8 @@ def test_input_benchmark_reports_naive_and_aware_stall():
 def test_step_benchmark_binary_on_the_tiny_config(tmp_path):
     out = tmp_path / "step.json"
     proc = run_binary("bench.py", "--suite=step", "--gin_file=gin/tiny.gin", "--steps=1",
-                      "--layouts=fp32,bf16", f"--output={out}")
+                      "--layouts=fp32,bf16", f"--output={out}",
+                      f"--profile_dir={tmp_path / 'profile'}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     for key in ("peak_fp32_gflops", "peak_bf16_gflops", "mfu_fp32", "best_speedup_vs_fp32",
@@ -114,6 +115,9 @@ def test_step_benchmark_binary_on_the_tiny_config(tmp_path):
     assert result["layouts"]["fp32"]["speedup_vs_fp32"] == 1.0
     assert result["layouts"]["bf16"]["layout"]["precision"] == "mixed_bfloat16"
     assert 0 < result["mfu_fp32"] < 1.5
+    shares = result["layouts"]["fp32"]["profile"]["op_time_share"]
+    assert any("Conv2D" in op for op in shares)  # the model's convolutions show up
+    assert 0 < sum(shares.values()) <= 1.0 + 1e-9  # the top op types' shares of busy time
 
 
 def test_reading_through_local_tf_data_service_workers(tiny_gin, tmp_path):

@@ -17,6 +17,10 @@ update needs input gradients only (1x). Per update with k micro-batches:
   D update  k * (G_fwd(B) + 3 * D_fwd(2B))       (fakes and reals in one D call)
   G update  k * (3 * G_fwd(B) + 2 * D_fwd(B))
 
+With a profile directory, two more steps per layout run under tf.profiler and
+the JSON gets each op type's share of busy time (`profile.op_time_share`): the
+evidence for where a layout's time goes. The trace opens in TensorBoard.
+
 Peaks, each the best of two probes in the same process: a 4096x4096 matmul and
 a 3x3 convolution forward+backward (input and weight gradients) at the shape of
 the model's largest convolution, in float32 and in bfloat16.
@@ -24,9 +28,13 @@ the model's largest convolution, in float32 and in bfloat16.
 
 from __future__ import annotations
 
+import collections
+import glob
+import json
+import os
 import statistics
 import time
-from typing import Callable, Dict, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -115,6 +123,27 @@ def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
                 dominant_conv=dict(input=conv[0], kernel=conv[1]))
 
 
+def _op_time_shares(logdir: str, top: int = 12) -> Dict[str, float]:
+    """Share of busy time per op type in the tf.profiler trace under `logdir` (idle excluded).
+
+    TensorFlow has no public reader for its traces; this uses the converter
+    TensorBoard's profile plugin calls (framework_op_stats).
+    """
+    from tensorflow.python.profiler.internal import (  # pylint: disable=import-outside-toplevel
+        _pywrap_profiler_plugin as plugin)
+    paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    data, _ = plugin.xspace_to_tools_data(paths[-1:], "framework_op_stats", {})
+    table = json.loads(data)[0]
+    columns = [c["id"] for c in table["cols"]]
+    busy: Dict[str, float] = collections.Counter()
+    for row in table["rows"]:
+        cells = dict(zip(columns, (c.get("v") for c in row["c"])))
+        if cells["type"] != "IDLE":
+            busy[cells["type"]] += cells["total_self_time"]
+    total = sum(busy.values()) or 1.0
+    return {k: v / total for k, v in busy.most_common(top)}
+
+
 def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object, str]:
     files = [gin_file, f"gin/layouts/{layout}.gin"]
     config_lib.parse(files, bindings)
@@ -130,7 +159,7 @@ def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object,
 
 
 def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps: int = 5,
-                warmup: int = 2, progress=print) -> dict:
+                warmup: int = 2, progress=print, profile_dir: Optional[str] = None) -> dict:
     """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin."""
     exp, data = _build(gin_file, layout, bindings)
     cfg = exp.config
@@ -155,6 +184,15 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
             times.append(elapsed)
             waits.append(float(wait))
     sec = statistics.median(times)
+    profile = None
+    if profile_dir:  # two more steps under tf.profiler: where the time goes
+        logdir = os.path.join(profile_dir, layout)
+        tf.profiler.experimental.start(logdir)
+        for _ in range(2):
+            float(loop(real_it, noise_it, one)[0]["loss/D"])
+        tf.profiler.experimental.stop()
+        profile = dict(logdir=logdir, op_time_share=_op_time_shares(logdir))
+        progress(f"{layout}: profile in {logdir}")
     flops = model_flops(exp)
     result = dict(
         sec_per_step=sec, step_times=times, images_per_sec=cfg.real_images_per_step / sec,
@@ -162,20 +200,21 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
         input_wait_frac=sum(waits) / sum(times),
         achieved_gflops=flops["train_step_flops"] / sec / 1e9,
         layout=exp.layout.as_dict(), last_losses=losses, data=data,
-        strategy=type(exp.strategy).__name__, **flops)
+        strategy=type(exp.strategy).__name__, profile=profile, **flops)
     exp.inputs.extend([real_it, noise_it])
     return result
 
 
 def step_suite(gin_file: str = "gin/biggan_cifar10.gin",
                layouts: Sequence[str] = ("fp32", "auto"), steps: int = 5, warmup: int = 2,
-               bindings: Sequence[str] = (), progress=print) -> dict:
+               bindings: Sequence[str] = (), progress=print,
+               profile_dir: Optional[str] = None) -> dict:
     """Every layout's step time, the peaks, MFU and the speed-ups (see the module doc)."""
     if steps < 1:
         raise ConfigError("the step benchmark needs at least 1 timed step")
     runs = {}
     for name in layouts:
-        runs[name] = time_layout(gin_file, name, bindings, steps, warmup, progress)
+        runs[name] = time_layout(gin_file, name, bindings, steps, warmup, progress, profile_dir)
     conv = next(iter(runs.values()))["dominant_conv"]
     progress(f"peaks: 4096^2 matmul and conv {conv['input']} x {conv['kernel']}")
     peaks = {}

@@ -128,6 +128,10 @@ class Evaluator:
                 ds = exp.source.make("test")
             except ConfigError:
                 ds = exp.source.make(exp.data.split)
+            if len(exp.classes) < exp.source.num_classes:  # per-class: compare like with like
+                wanted = tf.constant(exp.classes, tf.int32)
+                ds = ds.filter(lambda image, label: tf.reduce_any(
+                    tf.equal(tf.cast(label, tf.int32), wanted)))
             ds = ds.map(lambda image, label: pipeline.fit_image(image, exp.data.resolution,
                                                                 exp.data.fit),
                         num_parallel_calls=tf.data.AUTOTUNE).take(cfg.num_real)
@@ -155,7 +159,8 @@ class Evaluator:
             return out
         return self._run(ds, generate_and_embed)
 
-    def evaluate(self, step: int, checkpoint: Optional[str] = None, writer=None) -> Dict[str, float]:
+    def evaluate(self, step: int, checkpoint: Optional[str] = None,
+                 writer=None) -> Dict[str, float]:
         """Evaluates the EMA generator as it is now (the weights of `checkpoint`, if given)."""
         start = time.perf_counter()
         cfg, exp, names = self.config, self.exp, self.names
