@@ -212,3 +212,17 @@ def test_exported_generator_runs_in_a_fresh_process_without_paragan_tf(tiny_gin,
     np.testing.assert_allclose(np.load(tmp_path / "images.npy"), expected, atol=1e-5)
     info = json.loads((tmp_path / "generator" / export.INFO_FILE).read_text())
     assert info["dim_z"] == g.dim_z and info["resolution"] == 32
+
+
+def test_quality_binary_end_to_end_on_the_tiny_config(tmp_path):
+    proc = run_binary("quality.py", f"--output_dir={tmp_path}", "--gin_file=gin/tiny.gin",
+                      "--classifier_epochs=1", "--gin_bindings=eval.every_steps=2",
+                      "--gin_bindings=eval.num_samples=100", "--gin_bindings=eval.num_real=100",
+                      "--gin_bindings=eval.batch_size=50")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((tmp_path / "metrics.json").read_text())
+    assert result["steps"] == 4 and result["fcd_start"] > 0 and result["fcd_end"] > 0
+    assert result["fcd_ratio"] == pytest.approx(result["fcd_end"] / result["fcd_start"])
+    assert set(result["targets_met"]) == {"classifier_test_accuracy", "conditional_accuracy",
+                                          "fcd_ratio"}
+    assert os.path.exists(result["grid"])  # the final EMA sample grid

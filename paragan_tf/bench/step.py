@@ -40,10 +40,10 @@ import tensorflow as tf
 
 from paragan_tf import config as config_lib
 from paragan_tf import layout as layout_lib
+from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as loop_lib
-from paragan_tf.data import pipeline
 
 _BF16_FEATURES = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
 

@@ -35,8 +35,8 @@ from paragan_tf.data import class_groups
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
-from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib

@@ -23,9 +23,9 @@ import tensorflow as tf
 from paragan_tf import images as images_lib
 from paragan_tf import sampling
 from paragan_tf.data import pipeline
+from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
 from paragan_tf.eval import evaluator as evaluator_lib
-from paragan_tf.data import service as service_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import preemption
