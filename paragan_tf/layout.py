@@ -12,8 +12,9 @@ The layout is chosen from what `detect()` finds, never assumed:
 
 XLA on CPU: it compiles our step under the default strategy, but its CPU
 convolutions do not go through oneDNN: the 32x32 CIFAR BigGAN step measured
-10.9 s with XLA vs 8.3 s without here (float32, 2 cores), so `auto` leaves it
-off on CPUs. It never works under MirroredStrategy on logical CPU devices or
+10.85 s with XLA vs 8.30 s without here (float32, 2 cores; `bin/bench.py
+--suite=step --layouts=fp32 --gin_bindings="layout.xla='on'"`), so `auto`
+leaves it off on CPUs. It never works under MirroredStrategy on logical CPU devices or
 inside ParameterServerStrategy closures; asking for it there is an error.
 
 Under mixed precision only the matrix work runs in bfloat16. Variables, the

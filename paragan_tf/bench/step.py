@@ -40,7 +40,6 @@ import tensorflow as tf
 
 from paragan_tf import config as config_lib
 from paragan_tf import layout as layout_lib
-from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as loop_lib
@@ -163,13 +162,8 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
     """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin."""
     exp, data = _build(gin_file, layout, bindings)
     cfg = exp.config
-    seed = cfg.seed
-    real_it = iter(exp.strategy.distribute_datasets_from_function(pipeline.real_input_fn(
-        exp.source, exp.data, cfg.batch_size, seed, classes=exp.classes,
-        inputs=exp.input_config)))
-    noise_it = iter(exp.strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
-        exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed,
-        classes=exp.classes)))
+    real_it = loop_lib.real_batches(exp, cfg.seed)
+    noise_it = loop_lib.noise_batches(exp, cfg.seed)
     loop = loop_lib.make_loop_fn(exp, loop_lib.make_gan_step(exp))
     one = tf.constant(1, tf.int64)
     times, waits = [], []

@@ -115,6 +115,16 @@ def fit_image(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
     return out / 127.5 - 1.0
 
 
+def keep_classes(ds: tf.data.Dataset, classes: Optional[Sequence[int]],
+                 num_classes: int) -> tf.data.Dataset:
+    """(image, label) examples of `classes` only; all of them when classes is None or all."""
+    if classes is None or len(classes) >= num_classes:
+        return ds
+    wanted = tf.constant(list(classes), tf.int32)
+    return ds.filter(lambda image, label: tf.reduce_any(
+        tf.equal(tf.cast(label, tf.int32), wanted)))
+
+
 def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
                      tuning: Tuning, ctx: tf.distribute.InputContext,
                      seed: Optional[int]) -> tf.data.Dataset:
@@ -159,11 +169,7 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     parallel = None if naive else tf.data.AUTOTUNE
 
     def keep(ds):
-        if classes is None or len(classes) >= source.num_classes:
-            return ds
-        wanted = tf.constant(list(classes), tf.int32)
-        return ds.filter(lambda image, label: tf.reduce_any(
-            tf.equal(tf.cast(label, tf.int32), wanted)))
+        return keep_classes(ds, classes, source.num_classes)
 
     def fit(ds):
         return ds.map(lambda image, label: (fit_image(image, config.resolution, config.fit),

@@ -128,10 +128,8 @@ class Evaluator:
                 ds = exp.source.make("test")
             except ConfigError:
                 ds = exp.source.make(exp.data.split)
-            if len(exp.classes) < exp.source.num_classes:  # per-class: compare like with like
-                wanted = tf.constant(exp.classes, tf.int32)
-                ds = ds.filter(lambda image, label: tf.reduce_any(
-                    tf.equal(tf.cast(label, tf.int32), wanted)))
+            # Per-class runs are compared with the real images of their own classes.
+            ds = pipeline.keep_classes(ds, exp.classes, exp.source.num_classes)
             ds = ds.map(lambda image, label: pipeline.fit_image(image, exp.data.resolution,
                                                                 exp.data.fit),
                         num_parallel_calls=tf.data.AUTOTUNE).take(cfg.num_real)

@@ -74,6 +74,22 @@ def make_gan_step(exp: experiment_lib.Experiment) -> step_lib.GANStep:
                             cfg.ortho_reg, cfg.simultaneous))
 
 
+def real_batches(exp: experiment_lib.Experiment, seed: int,
+                settings: Optional[tuning.Tuning] = None,
+                service: Optional[service_lib.LocalDataService] = None):
+    """Iterator of per-replica real batches for `exp`'s synchronous training."""
+    return iter(exp.strategy.distribute_datasets_from_function(pipeline.real_input_fn(
+        exp.source, exp.data, exp.config.batch_size, seed, classes=exp.classes,
+        inputs=exp.input_config, tuning=settings, service=service)))
+
+
+def noise_batches(exp: experiment_lib.Experiment, seed: int):
+    """Iterator of per-replica (z, labels) batches for `exp`'s synchronous training."""
+    return iter(exp.strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
+        exp.generator.dim_z, exp.source.num_classes, exp.config.batch_size, seed,
+        classes=exp.classes)))
+
+
 def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
     """tf.function running n train steps; returns (mean metrics, seconds waiting for input).
 
@@ -199,13 +215,9 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
 
     def real_iterator(generation: int):
         # A new generation (the tuner changed the read settings) starts a fresh shuffle.
-        return iter(strategy.distribute_datasets_from_function(pipeline.real_input_fn(
-            exp.source, exp.data, cfg.batch_size, seed + 7919 * generation,
-            classes=exp.classes, inputs=exp.input_config, tuning=tuner.tuning,
-            service=service)))
+        return real_batches(exp, seed + 7919 * generation, tuner.tuning, service)
     real_it, generation = real_iterator(0), 0
-    noise_it = iter(strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
-        exp.generator.dim_z, exp.source.num_classes, cfg.batch_size, seed, classes=exp.classes)))
+    noise_it = noise_batches(exp, seed)
     loop = make_loop_fn(exp, make_gan_step(exp))
     eval_every = evaluator_lib.eval_config().every_steps
     # Every worker evaluates (generation runs collectives); the chief writes.
