@@ -1,4 +1,4 @@
-"""The one error type for settings a user got wrong."""
+"""The error types a user sees as one line from the binaries."""
 
 
 class ConfigError(ValueError):
@@ -6,4 +6,12 @@ class ConfigError(ValueError):
 
     Raised at start-up, before any training work, so binaries can print it as a
     single line and exit non-zero.
+    """
+
+
+class Diverged(RuntimeError):
+    """Training produced non-finite values it could not skip past.
+
+    Raised after `train.max_consecutive_skips` steps in a row were skipped, or
+    instead of writing a checkpoint holding non-finite weights.
     """

@@ -152,8 +152,14 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                   classes: Optional[Sequence[int]] = None,
                   inputs: InputConfig = InputConfig(),
                   tuning: Optional[Tuning] = None,
-                  service: Optional[service_lib.LocalDataService] = None) -> InputFn:
+                  service: Optional[service_lib.LocalDataService] = None,
+                  replica_batches_done: int = 0) -> InputFn:
     """Per-input-pipeline dataset of (images float32 [b, r, r, c] in [-1, 1], labels int32 [b]).
+
+    replica_batches_done: batches each replica already took from this stream (a
+    resumed run); the stream is replayed past them, so it continues exactly where
+    it stopped when its order is deterministic (the cached path is; the sharded
+    path's parallel interleave is not, and service-read streams are not).
 
     classes: keep only examples of these labels (per-class training); None: all.
     inputs, tuning: how to read (see `input_config`); tuning None: the tuner's start.
@@ -198,9 +204,18 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             pid = tf.strings.to_number(cluster.process_id(), tf.int64)
             ds = ds.skip(pid % (source.num_examples or config.shuffle_buffer))
         if config.random_flip:
-            ds = ds.map(lambda image, label: (tf.image.random_flip_left_right(image), label),
-                        num_parallel_calls=parallel)
+            # Stateless, keyed by the example's position: the same flips on a replay.
+            flip_seed = seed + ctx.input_pipeline_id
+
+            def flip(index, example):
+                image, label = example
+                key = tf.stack([tf.constant(flip_seed, tf.int64), index])
+                return tf.image.stateless_random_flip_left_right(image, key), label
+            ds = ds.enumerate().map(flip, num_parallel_calls=parallel,
+                                    deterministic=None if naive else True)
         ds = ds.batch(batch, drop_remainder=True)
+        if replica_batches_done:
+            ds = ds.skip(replica_batches_done * _replicas_per_pipeline(ctx))
         if service:
             ds = service.distribute(ds, job_name=f"real_{seed}_{ctx.input_pipeline_id}")
         if naive:
@@ -209,11 +224,19 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     return input_fn
 
 
+def _replicas_per_pipeline(ctx: tf.distribute.InputContext) -> int:
+    # distribute_datasets_from_function hands each local replica its own batch.
+    return max(1, ctx.num_replicas_in_sync // ctx.num_input_pipelines)
+
+
 def noise_input_fn(dim_z: int, num_classes: int, global_batch_size: int, seed: int,
-                   classes: Optional[Sequence[int]] = None) -> InputFn:
+                   classes: Optional[Sequence[int]] = None,
+                   replica_batches_done: int = 0) -> InputFn:
     """Per-input-pipeline dataset of (z float32 [b, dim_z], labels int32 [b]) for G samples.
 
     Labels are uniform over classes (or over `classes`), as BigGAN samples them.
+    replica_batches_done: batches each replica already took (a resumed run); the
+    stream starts right after them at no cost, being indexed.
     """
     labels = list(classes) if classes is not None else list(range(num_classes))
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -224,7 +247,8 @@ def noise_input_fn(dim_z: int, num_classes: int, global_batch_size: int, seed: i
             z = tf.random.stateless_normal([dim_z], tf.stack([key[0] + i, key[1]]))
             label = class_groups.draw_labels(labels, [], tf.stack([key[1], key[0] + i]))
             return z, label
-        ds = tf.data.Dataset.counter().map(example, num_parallel_calls=tf.data.AUTOTUNE,
+        first = replica_batches_done * _replicas_per_pipeline(ctx) * batch
+        ds = tf.data.Dataset.counter(start=first).map(example, num_parallel_calls=tf.data.AUTOTUNE,
                                            deterministic=True)
         return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
     return input_fn

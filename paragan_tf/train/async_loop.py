@@ -99,7 +99,7 @@ class _Closures:
 
             def update(real, noise):
                 loss, grads, real_sum, fake_sum = gan_step.d_gradients(real, noise)
-                return {"loss/D": loss, "grad_norm/D": gan_step.apply_d(grads),
+                return {"loss/D": loss, "grad_norm/D": gan_step.apply_d(loss, grads),
                         "logits/real": real_sum / float(batch * k),
                         "logits/fake": fake_sum / float(batch * k)}
             return dict(strategy.run(update, args=(real, noise)), process=cluster.process_id())
@@ -110,7 +110,7 @@ class _Closures:
 
             def update(noise):
                 loss, grads = gan_step.g_gradients(noise)
-                return {"loss/G": loss, "grad_norm/G": gan_step.apply_g(grads)}
+                return {"loss/G": loss, "grad_norm/G": gan_step.apply_g(loss, grads)}
             out = strategy.run(update, args=(noise,))
             exp.ema.update(index)  # G update number `index`
             return dict(out, process=cluster.process_id())

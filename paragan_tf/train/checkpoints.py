@@ -4,16 +4,26 @@ Files are `model_dir/ckpt-<global step>`; a run resumes from the newest one.
 Restores are strict: every object of the current run must be matched by the
 checkpoint, so a checkpoint of another architecture fails loudly instead of
 half-loading.
+
+Crash safety comes from TensorFlow's write order, which we rely on: a save
+writes its data and index files first and only then atomically replaces the
+`checkpoint` state file that names the newest checkpoint, so a process killed
+mid-save leaves the previous checkpoint as the newest. A checkpoint that is
+named but unreadable (a damaged disk) is skipped for the one before it, with a
+warning. A save refuses to write non-finite weights (errors.Diverged).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import List, Optional
 
+from absl import logging
+import numpy as np
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.errors import Diverged
 
 
 def mismatch_error(path: str, error: Exception) -> ConfigError:
@@ -23,6 +33,8 @@ def mismatch_error(path: str, error: Exception) -> ConfigError:
 
 
 RESTORE_ERRORS = (AssertionError, ValueError, tf.errors.InvalidArgumentError)
+# Damaged or missing files (a truncated data file surfaces as IndexError from the reader).
+UNREADABLE = (tf.errors.DataLossError, tf.errors.NotFoundError, IndexError)
 
 
 class Checkpointer:
@@ -31,6 +43,7 @@ class Checkpointer:
     def __init__(self, model_dir: str, max_to_keep: int, is_chief: bool = True,
                  worker_id: int = 0, **trackables):
         self.checkpoint = tf.train.Checkpoint(**trackables)
+        self._trackables = trackables
         self.model_dir = model_dir
         # Non-chief workers of a multi-worker run must save too (saving is a
         # collective op), but into a private scratch folder nobody restores from.
@@ -47,22 +60,62 @@ class Checkpointer:
         return tf.train.latest_checkpoint(self.model_dir)
 
     def restore_latest(self) -> Optional[str]:
-        """Restores the newest checkpoint, if any; returns its path."""
-        path = self.latest
-        return None if path is None else self.restore(path)
+        """Restores the newest readable checkpoint, if any; returns its path."""
+        state = tf.train.get_checkpoint_state(self.model_dir)
+        if state is None or not state.model_checkpoint_path:
+            return None
+        paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
+        if state.model_checkpoint_path not in paths:
+            paths.append(state.model_checkpoint_path)
+        paths = sorted(set(paths), key=lambda p: int(p.rsplit("-", 1)[1]), reverse=True)
+        for i, path in enumerate(paths):
+            path = path if os.path.isabs(path) else os.path.join(self.model_dir, path)
+            try:
+                return self.restore(path)
+            except UNREADABLE + (ConfigError,) as e:
+                unreadable = not isinstance(e, ConfigError) or "does not exist" in str(e)
+                if not unreadable or i == len(paths) - 1:
+                    raise
+                logging.warning("checkpoint %s is unreadable (%s); trying the one before it",
+                                path, str(e).splitlines()[0][:200])
+        return None
 
     def restore(self, path: str) -> str:
         """Restores the checkpoint at `path` (a prefix such as model_dir/ckpt-200)."""
         if not tf.io.gfile.exists(path + ".index"):
             raise ConfigError(f"checkpoint {path} does not exist (no {path}.index)")
+        # A mismatch surfaces part-way through the restore, after some variables were
+        # assigned: put those back, so a failed restore leaves nothing half-loaded.
+        variables = self._variables()
+        before = [v.numpy() for v in variables]
         try:
             self.checkpoint.restore(path).assert_consumed()
-        except RESTORE_ERRORS as e:
+        except RESTORE_ERRORS + UNREADABLE as e:
+            for variable, value in zip(variables, before):
+                variable.assign(value)
+            if isinstance(e, UNREADABLE):
+                raise
             raise mismatch_error(path, e) from None
         self.saved_step = int(path.rsplit("-", 1)[1])
         return path
 
+    def _variables(self) -> List[tf.Variable]:
+        found = []
+        for trackable in self._trackables.values():
+            variables = getattr(trackable, "variables", [trackable])
+            found += list(variables() if callable(variables) else variables)
+        return found
+
+    def check_finite(self, step: int) -> None:
+        """Raises Diverged naming the first variable holding NaN or Inf."""
+        for variable in (v for v in self._variables() if v.dtype.is_floating):
+            if not np.all(np.isfinite(variable.numpy())):
+                raise Diverged(
+                    f"not writing the checkpoint of step {step}: {variable.name} holds NaN or "
+                    f"Inf; the newest checkpoint ({self.latest}) is the last finite one")
+
     def save(self, step: int) -> str:
+        self.check_finite(step)
         path = self.manager.save(checkpoint_number=step)
         if not self.is_chief:
             tf.io.gfile.rmtree(os.path.dirname(path))

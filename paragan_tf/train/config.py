@@ -28,6 +28,9 @@ class TrainConfig:
     max_to_keep: int
     seed: int
     simultaneous: bool = False
+    max_consecutive_skips: int = 20
+    resume_input: str = "replay"
+    deterministic: bool = False
 
     @property
     def real_images_per_step(self) -> int:
@@ -41,7 +44,8 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
                  ortho_reg: float = 0.0, ema_decay: float = 0.999, ema_start_step: int = 0,
                  log_every: int = 50, checkpoint_every: int = 500, sample_every: int = 500,
                  max_to_keep: int = 3, seed: int = 0,
-                 simultaneous: bool = False) -> TrainConfig:
+                 simultaneous: bool = False, max_consecutive_skips: int = 20,
+                 resume_input: str = "replay", deterministic: bool = False) -> TrainConfig:
     """The trainer's options, from gin.
 
     Args:
@@ -64,17 +68,29 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
         snapshot of both networks and apply both (ParaGAN's asynchronous
         update inside a synchronous strategy); False: G is updated against
         the freshly updated D.
+      max_consecutive_skips: the NaN guard skips any step whose losses or gradients
+        are non-finite; this many skipped steps in a row stop the run with an error.
+      resume_input: 'replay': a resumed run fast-forwards the input streams to the
+        checkpoint's position, so it sees exactly the data an uninterrupted run
+        would (costs re-reading the skipped part; cheap for in-memory data);
+        'reshuffle': it starts a fresh shuffle instead (for huge slow stores).
+      deterministic: tf.config.experimental.enable_op_determinism() (tests of
+        bit-exact reproducibility; may be slower).
     """
     config = TrainConfig(total_steps, batch_size, d_steps, steps_per_loop, accumulation,
                          clip_norm, ortho_reg, ema_decay, ema_start_step, log_every,
-                         checkpoint_every, sample_every, max_to_keep, seed, simultaneous)
+                         checkpoint_every, sample_every, max_to_keep, seed, simultaneous,
+                         max_consecutive_skips, resume_input, deterministic)
     positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
-                "log_every", "checkpoint_every", "sample_every", "max_to_keep")
+                "log_every", "checkpoint_every", "sample_every", "max_to_keep",
+                "max_consecutive_skips")
     for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"train.{name}={getattr(config, name)} must be positive")
     if not 0.0 <= ema_decay < 1.0:
         raise ConfigError(f"train.ema_decay={ema_decay} must be in [0, 1)")
+    if resume_input not in ("replay", "reshuffle"):
+        raise ConfigError(f"train.resume_input={resume_input!r} must be 'replay' or 'reshuffle'")
     if clip_norm < 0 or ortho_reg < 0:
         raise ConfigError("train.clip_norm and train.ortho_reg must be >= 0")
     return config

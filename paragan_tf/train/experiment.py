@@ -29,6 +29,14 @@ from paragan_tf.train import optimizers
 
 
 @dataclasses.dataclass
+class Health:
+    """The NaN guard's counters: steps skipped in all, and in a row."""
+
+    skipped: tf.Variable
+    consecutive: tf.Variable
+
+
+@dataclasses.dataclass
 class Experiment:
     config: config_lib.TrainConfig
     data: pipeline.DatasetConfig
@@ -41,6 +49,8 @@ class Experiment:
     g_optimizer: keras.optimizers.Optimizer
     d_optimizer: keras.optimizers.Optimizer
     step: tf.Variable
+    health: "Health"
+    input_state: tf.Variable  # int64 [noise seed, real-image seed, its first step]; loop.py
     ema: ema_lib.GeneratorEMA
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
@@ -55,7 +65,9 @@ class Experiment:
         """What a checkpoint holds."""
         return dict(generator=self.generator, discriminator=self.discriminator,
                     generator_ema=self.generator_ema, g_optimizer=self.g_optimizer,
-                    d_optimizer=self.d_optimizer, step=self.step)
+                    d_optimizer=self.d_optimizer, step=self.step,
+                    skipped_steps=self.health.skipped, consecutive_skips=self.health.consecutive,
+                    input_state=self.input_state)
 
 
 def build(strategy: Optional[tf.distribute.Strategy] = None,
@@ -78,6 +90,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy)
     layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
     shape = dict(resolution=data.resolution, num_classes=source.num_classes,
                  channel_multiple=layout.channel_multiple)
     with strategy.scope():
@@ -92,10 +106,15 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         g_optimizer.build(generator.trainable_variables)
         d_optimizer.build(discriminator.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        health = Health(tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps"),
+                        tf.Variable(0, dtype=tf.int64, trainable=False, name="consecutive_skips"))
+        input_state = tf.Variable([config.seed * 1_000_003] * 2 + [0], dtype=tf.int64,
+                                  trainable=False, name="input_state")
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
     return Experiment(config, data, input_config, source, strategy, generator, discriminator,
-                      generator_ema, g_optimizer, d_optimizer, step, ema, loss_fn, classes,
+                      generator_ema, g_optimizer, d_optimizer, step, health, input_state, ema,
+                      loss_fn, classes,
                       layout)
 
 

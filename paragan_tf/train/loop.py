@@ -4,6 +4,14 @@ Between calls (on the host) it logs progress, writes summaries, sample grids
 and checkpoints, and honours SIGTERM/SIGINT by saving a checkpoint and
 stopping. Checkpoints, logs and samples land on exact multiples of their
 intervals because a call never runs past the next such boundary.
+
+Resuming is exact: the checkpoint holds the input state (the noise seed, the
+seed of the current real-image stream and the step that stream began at; the
+input tuner begins a new stream when it changes the read settings), and both
+streams are pure functions of it and of the step, so a resumed run
+fast-forwards them to where the checkpoint left them (`train.resume_input`).
+The NaN guard (train/step.py) skips non-finite steps; the loop counts them
+(`health/skipped_steps`) and stops after `train.max_consecutive_skips` in a row.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from paragan_tf import sampling
 from paragan_tf.data import pipeline
 from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
+from paragan_tf.errors import Diverged
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment as experiment_lib
@@ -34,7 +43,7 @@ from paragan_tf.train import step as step_lib
 Interrupted = preemption.Interrupted
 
 _METRICS = ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "logits/real", "logits/fake")
-_MEAN_METRICS = ("grad_norm/",)  # identical on every replica; others are per-replica shares
+_MEAN_METRICS = ("grad_norm/", "health/")  # identical on every replica; others are shares
 
 
 class SignalFlag:
@@ -76,24 +85,32 @@ def make_gan_step(exp: experiment_lib.Experiment) -> step_lib.GANStep:
 
 def real_batches(exp: experiment_lib.Experiment, seed: int,
                 settings: Optional[tuning.Tuning] = None,
-                service: Optional[service_lib.LocalDataService] = None):
-    """Iterator of per-replica real batches for `exp`'s synchronous training."""
+                service: Optional[service_lib.LocalDataService] = None, steps_done: int = 0):
+    """Iterator of per-replica real batches for `exp`'s synchronous training.
+
+    steps_done: train steps whose real batches this stream already delivered (resume).
+    """
+    per_step = make_gan_step(exp).real_batches_per_step
     return iter(exp.strategy.distribute_datasets_from_function(pipeline.real_input_fn(
         exp.source, exp.data, exp.config.batch_size, seed, classes=exp.classes,
-        inputs=exp.input_config, tuning=settings, service=service)))
+        inputs=exp.input_config, tuning=settings, service=service,
+        replica_batches_done=steps_done * per_step)))
 
 
-def noise_batches(exp: experiment_lib.Experiment, seed: int):
+def noise_batches(exp: experiment_lib.Experiment, seed: int, steps_done: int = 0):
     """Iterator of per-replica (z, labels) batches for `exp`'s synchronous training."""
+    per_step = make_gan_step(exp).noise_batches_per_step
     return iter(exp.strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
         exp.generator.dim_z, exp.source.num_classes, exp.config.batch_size, seed,
-        classes=exp.classes)))
+        classes=exp.classes, replica_batches_done=steps_done * per_step)))
 
 
 def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
     """tf.function running n train steps; returns (mean metrics, seconds waiting for input).
 
-    Call it as loop(real_iterator, noise_iterator, tf.constant(n, tf.int64)).
+    Call it as loop(real_iterator, noise_iterator, tf.constant(n, tf.int64)). It stops
+    early once train.max_consecutive_skips steps in a row were skipped. The mean
+    metrics are over the steps that were not skipped (NaN when all were).
     """
     strategy = exp.strategy
     # XLA compiles the per-replica step only: a compiled function cannot call
@@ -106,11 +123,14 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
                                    else tf.distribute.ReduceOp.SUM, v, axis=None)
                 for k, v in metrics.items()}
 
+    health = exp.health
+    max_skips = tf.constant(exp.config.max_consecutive_skips, tf.int64)
+
     # autograph=False: nothing below branches on tensors, and converting every
     # Keras call made tracing take ~8 s even for the tiny test model.
     @tf.function(autograph=False)
     def loop(real_it, noise_it, n):
-        def body(i, wait, totals):
+        def body(i, wait, totals, kept):
             # Stateful ops run in program order inside tf.function, so the two
             # timestamps bracket exactly the time spent blocked on the iterators.
             start = tf.timestamp()
@@ -124,17 +144,26 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
             # one inter-op thread the executor could otherwise run the step first.
             with tf.control_dependencies([arrived]):
                 metrics = reduce(strategy.run(replica_step, args=(real, noise)))
+            skipped = metrics["health/skipped"] > 0.5
+            with tf.control_dependencies([skipped]):
+                health.skipped.assign_add(tf.cast(skipped, tf.int64))
+                health.consecutive.assign(tf.where(skipped, health.consecutive + 1, 0))
             exp.ema.update(exp.step)
             exp.step.assign_add(1)
-            totals = {k: totals[k] + tf.cast(metrics[k], tf.float32) for k in totals}
-            return i + 1, wait, totals
+            totals = {k: totals[k] + tf.where(skipped, 0.0, tf.cast(metrics[k], tf.float32))
+                      for k in totals}
+            return i + 1, wait, totals, kept + 1.0 - tf.cast(skipped, tf.float32)
+
+        def more(i, *_):
+            return tf.logical_and(i < n, health.consecutive.read_value() < max_skips)
 
         zeros = {k: tf.constant(0.0) for k in _METRICS}
-        _, wait, totals = tf.while_loop(lambda i, *_: i < n, body,
-                                        (tf.constant(0, n.dtype), tf.constant(0.0, tf.float64),
-                                         zeros))
-        n_float = tf.cast(n, tf.float32)
-        return {k: v / n_float for k, v in totals.items()}, wait
+        _, wait, totals, kept = tf.while_loop(
+            more, body, (tf.constant(0, n.dtype), tf.constant(0.0, tf.float64), zeros,
+                         tf.constant(0.0)))
+        mean = {k: tf.where(kept > 0, v / tf.maximum(kept, 1.0), float("nan"))
+                for k, v in totals.items()}
+        return mean, wait
     return loop
 
 
@@ -199,32 +228,39 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     restored = ckpt.restore_latest()
     start = int(exp.step.numpy())
     if restored:
-        logging.info("resumed from %s at step %d", restored, start)
+        logging.info("resumed from %s at step %d, weights digest %s", restored, start,
+                     weights_digest(exp))
     writer = tf.summary.create_file_writer(
         model_dir if is_chief else os.path.join(model_dir, ".workers", str(task_id)))
     if is_chief:
         write_config(model_dir, writer)
 
-    # Fresh shuffles and noise after a resume rather than replaying the start.
-    seed = cfg.seed * 1_000_003 + start
+    # The input streams continue from the checkpoint's input state (see the module doc).
+    noise_seed, real_seed, real_start = (int(v) for v in exp.input_state.numpy())
+    if restored and cfg.resume_input == "reshuffle":
+        real_seed, real_start = real_seed * 31 + start, start
     tuner = tuning.InputTuner(exp.input_config)
     service = None
     if exp.input_config.service_workers:
         service = service_lib.LocalDataService(exp.input_config.service_workers)
         exp.inputs.append(service)  # the servers live as long as the run
 
-    def real_iterator(generation: int):
-        # A new generation (the tuner changed the read settings) starts a fresh shuffle.
-        return real_batches(exp, seed + 7919 * generation, tuner.tuning, service)
-    real_it, generation = real_iterator(0), 0
-    noise_it = noise_batches(exp, seed)
+    def real_iterator(seed: int, first_step: int):
+        """The real-image stream `seed` begun at `first_step`, positioned at `step`."""
+        exp.input_state.assign([noise_seed, seed, first_step])
+        if step > first_step:
+            logging.info("fast-forwarding the real-image input by %d steps", step - first_step)
+        return real_batches(exp, seed, tuner.tuning, service, step - first_step), seed
+    step = start
+    real_it, real_seed = real_iterator(real_seed, real_start)
+    noise_it = noise_batches(exp, noise_seed, start)
     loop = make_loop_fn(exp, make_gan_step(exp))
     eval_every = evaluator_lib.eval_config().every_steps
     # Every worker evaluates (generation runs collectives); the chief writes.
     evaluator = (evaluator_lib.Evaluator(exp, model_dir, write=is_chief) if eval_every
                  else None)
 
-    step, metrics = start, {}
+    metrics = {}
     t_begin = time.perf_counter()
     window_steps, window_seconds, window_wait = 0, 0.0, 0.0
     rate = None
@@ -248,6 +284,13 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 window_steps, window_seconds = window_steps + n, window_seconds + elapsed
                 window_wait += float(wait)
             step = int(exp.step.numpy())
+            consecutive = int(exp.health.consecutive.numpy())
+            if consecutive >= cfg.max_consecutive_skips:
+                raise Diverged(
+                    f"{consecutive} consecutive steps (to step {step}) had a non-finite loss "
+                    f"or gradient and were skipped (train.max_consecutive_skips="
+                    f"{cfg.max_consecutive_skips}); the newest checkpoint ({ckpt.latest}) holds "
+                    f"the last finite weights: lower the learning rates or check the input data")
             if step % cfg.log_every == 0 or step == cfg.total_steps:
                 if window_steps:
                     rate = window_steps / window_seconds
@@ -258,6 +301,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 if exp.input_config.sharded:
                     metrics["perf/read_parallelism"] = tuner.tuning.read_parallelism
                     metrics["perf/prefetch_depth"] = tuner.tuning.prefetch
+                metrics["health/skipped_steps"] = float(exp.health.skipped.numpy())
                 metrics["lr/G"] = float(tf.convert_to_tensor(exp.g_optimizer.learning_rate))
                 metrics["lr/D"] = float(tf.convert_to_tensor(exp.d_optimizer.learning_rate))
                 with writer.as_default():
@@ -272,8 +316,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 window_steps, window_seconds, window_wait = 0, 0.0, 0.0
                 if tuner.observe(metrics["perf/input_wait_frac"]):
                     exp.inputs.append(real_it)  # see Experiment.inputs: never destroyed mid-run
-                    generation += 1
-                    real_it = real_iterator(generation)
+                    # A fresh shuffle under the new read settings.
+                    real_it, real_seed = real_iterator(real_seed + 7919, step)
                 if not all(np.isfinite(v) for v in out.values()):
                     logging.warning("non-finite metrics at step %d: %s", step, out)
             if step % cfg.sample_every == 0 or step == cfg.total_steps:

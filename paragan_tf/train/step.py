@@ -4,6 +4,17 @@ This is the function `strategy.run` executes on every replica, unchanged under
 OneDevice, Mirrored, MultiWorkerMirrored and TPU strategies. Gradients are
 all-reduced by hand (then clipped, then applied with aggregation skipped) so
 clipping by global norm acts on the global gradient, not on each replica's part.
+
+The NaN guard: an update is applied only while the step is healthy, i.e. every
+loss and gradient norm the step has computed so far is finite (judged on
+all-reduced values, so every replica takes the same branch). A non-finite D
+update therefore skips the rest of the step, G's update included, and a
+non-finite G gradient skips G's update (in the default sequential order D's
+update of that step was already applied from finite gradients). The forward
+passes also update state outside the optimizers (spectral-norm power-iteration
+vectors, batch-norm moving statistics); a skipped step puts that back too, or
+one NaN batch would poison them for good. Skipped steps are reported as
+`health/skipped`.
 """
 
 from __future__ import annotations
@@ -63,13 +74,41 @@ class GANStep:
     def noise_batches_per_step(self) -> int:
         return (self.config.d_steps + 1) * self.config.accumulation
 
-    def _apply(self, optimizer, grads: List[tf.Tensor], variables) -> tf.Tensor:
+    @staticmethod
+    def _all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):
+        """Sums the loss and gradients over replicas; returns (loss, grads, finite, norm)."""
         ctx = tf.distribute.get_replica_context()
-        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss] + list(grads))
+        loss, grads = reduced[0], reduced[1:]
+        # Any NaN or Inf in a gradient makes the global norm non-finite.
         norm = tf.linalg.global_norm(grads)
+        finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norm))
+        return loss, grads, finite, norm
+
+    def _apply_if(self, healthy: tf.Tensor, optimizer, grads: List[tf.Tensor], norm: tf.Tensor,
+                  variables) -> None:
+        """Applies all-reduced `grads` when `healthy` (identical on every replica)."""
         if self.config.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.config.clip_norm, use_norm=norm)
-        optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+
+        def apply(grads):
+            optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+
+        # The condition lives in cross-replica context, where a branch may hold the
+        # optimizer's synchronisation point (as tf-keras' LossScaleOptimizer does it):
+        # under MirroredStrategy a tf.cond around apply_gradients in replica context fails.
+        def cross_replica(strategy, healthy, grads):
+            healthy = strategy.experimental_local_results(healthy)[0]
+
+            def update():
+                strategy.extended.call_for_each_replica(apply, args=(grads,))
+                return tf.constant(True)
+            return tf.cond(healthy, update, lambda: tf.constant(False))
+        tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
+
+    def _apply(self, optimizer, loss, grads: List[tf.Tensor], variables) -> tf.Tensor:
+        _, grads, finite, norm = self._all_reduce(loss, grads)
+        self._apply_if(finite, optimizer, grads, norm, variables)
         return norm
 
     def _d_micro(self, real: Batch, noise: Batch):
@@ -126,11 +165,13 @@ class GANStep:
             grads, loss_sum = self._add(grads, g), loss_sum + loss
         return loss_sum, grads
 
-    def apply_d(self, grads) -> tf.Tensor:
-        return self._apply(self.d_optimizer, grads, self.discriminator.trainable_variables)
+    def apply_d(self, loss, grads) -> tf.Tensor:
+        """Applies one D update unless its loss or gradients are non-finite; returns the norm."""
+        return self._apply(self.d_optimizer, loss, grads, self.discriminator.trainable_variables)
 
-    def apply_g(self, grads) -> tf.Tensor:
-        return self._apply(self.g_optimizer, grads, self.generator.trainable_variables)
+    def apply_g(self, loss, grads) -> tf.Tensor:
+        """Applies one G update unless its loss or gradients are non-finite; returns the norm."""
+        return self._apply(self.g_optimizer, loss, grads, self.generator.trainable_variables)
 
     def __call__(self, real: Sequence[Batch], noise: Sequence[Batch]) -> Dict[str, tf.Tensor]:
         """One train step on this replica. `real`/`noise` hold the step's micro-batches.
@@ -141,21 +182,40 @@ class GANStep:
         cfg = self.config
         k = cfg.accumulation
         real, noise = list(real), list(noise)
+        forward_state = [v for v in self.generator.non_trainable_variables +
+                         self.discriminator.non_trainable_variables if v.dtype.is_floating]
+        saved_state = [tf.identity(tf.convert_to_tensor(v)) for v in forward_state]
+        d_vars = self.discriminator.trainable_variables
+        healthy = tf.constant(True)
         d_loss = d_norm = real_sum = fake_sum = 0.0
         g_noise = noise[cfg.d_steps * k:]
+
+        def g_update():  # (this replica's loss share, all-reduced grads, finite, norm)
+            loss, grads = self.g_gradients(g_noise)
+            return (loss,) + self._all_reduce(loss, grads)[1:]
         for d in range(cfg.d_steps):
             loss, grads, r, f = self.d_gradients(real[d * k:(d + 1) * k], noise[d * k:(d + 1) * k])
+            _, grads, finite, d_norm = self._all_reduce(loss, grads)
+            healthy = tf.logical_and(healthy, finite)
             d_loss, real_sum, fake_sum = d_loss + loss / cfg.d_steps, real_sum + r, fake_sum + f
             if cfg.simultaneous and d == cfg.d_steps - 1:
                 # Both gradients before either update: G sees the D this D step starts from.
-                g_loss, g_grads = self.g_gradients(g_noise)
-                d_norm = self.apply_d(grads)
+                g_loss, g_grads, g_finite, g_norm = g_update()
+                healthy = tf.logical_and(healthy, g_finite)
+                self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
                 break
-            d_norm = self.apply_d(grads)
+            self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
         if not cfg.simultaneous:
-            g_loss, g_grads = self.g_gradients(g_noise)
-        g_norm = self.apply_g(g_grads)
+            g_loss, g_grads, g_finite, g_norm = g_update()
+            healthy = tf.logical_and(healthy, g_finite)
+        self._apply_if(healthy, self.g_optimizer, g_grads, g_norm,
+                       self.generator.trainable_variables)
+        for variable, saved in zip(forward_state, saved_state):
+            # An unconditional assign: a tf.cond around it would hold a cross-replica
+            # synchronisation point in replica context (see _apply_if).
+            variable.assign(tf.where(healthy, tf.convert_to_tensor(variable), saved))
         seen = float(cfg.global_batch_size * k * cfg.d_steps)
         return {"loss/D": d_loss, "loss/G": g_loss,
                 "grad_norm/D": d_norm, "grad_norm/G": g_norm,
-                "logits/real": real_sum / seen, "logits/fake": fake_sum / seen}
+                "logits/real": real_sum / seen, "logits/fake": fake_sum / seen,
+                "health/skipped": 1.0 - tf.cast(healthy, tf.float32)}
