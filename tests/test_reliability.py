@@ -4,6 +4,7 @@ half-loaded, exact resume and determinism. (Killing real processes: test_crash_r
 from __future__ import annotations
 
 import os
+import re
 
 import gin
 import numpy as np
@@ -173,3 +174,56 @@ def test_same_seed_is_bitwise_deterministic_and_resume_equals_an_uninterrupted_r
     for name in straight:
         np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
     assert any(not np.array_equal(reshuffled[n], straight[n]) for n in straight)
+
+
+def _image_folder(root, corrupt=()):
+    rng = np.random.default_rng(0)
+    for cls in ("cat", "dog"):
+        os.makedirs(root / cls, exist_ok=True)
+        for i in range(4):
+            image = rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)
+            tf.io.write_file(str(root / cls / f"{i}.png"), tf.io.encode_png(image))
+    for name in corrupt:  # a PNG cut short, as an interrupted copy leaves it
+        data = (root / name).read_bytes()
+        (root / name).write_bytes(data[:len(data) // 3])
+    return [f"dataset.name = 'image_folder'", f"dataset.data_dir = '{root}'"]
+
+
+def test_a_corrupt_image_file_is_named_before_training(tiny_gin, tmp_path):
+    tiny_gin(*_image_folder(tmp_path, corrupt=["dog/2.png"]))
+    with pytest.raises(ConfigError, match=r"1 corrupt image file.*dog/2\.png.*skip_corrupt"):
+        experiment.build(_one_device())
+
+
+def test_corrupt_image_files_are_skipped_and_counted_when_asked(tiny_gin, tmp_path, caplog):
+    tiny_gin(*_image_folder(tmp_path, corrupt=["dog/2.png", "cat/0.png"]),
+             "dataset.skip_corrupt = True", "train.total_steps = 2")
+    exp = experiment.build(_one_device())
+    assert "skipping 2 corrupt image file(s)" in caplog.text
+    assert "cat/0.png" in caplog.text and "dog/2.png" in caplog.text
+    seen = list(exp.source.make("train").as_numpy_iterator())
+    assert len(seen) == 6
+    result = loop.train(exp, str(tmp_path / "run"))
+    assert result["step"] == 2 and np.isfinite(result["loss/D"])
+
+
+def test_an_empty_dataset_is_a_clear_error_not_a_hang(tiny_gin, tmp_path):
+    _image_folder(tmp_path)
+    os.makedirs(tmp_path / "emu")  # a class folder with no images
+    tiny_gin(f"dataset.name = 'image_folder'", f"dataset.data_dir = '{tmp_path}'",
+             "per_class.num_groups = 3", "per_class.group = 2")
+    with pytest.raises(ConfigError, match=r"holds no examples of the classes \[2\]"):
+        experiment.build(_one_device())
+
+
+@pytest.mark.parametrize("text,where", [
+    ("train.total_steps = 5\ntrain.batch_size = (\n", "EOF in multi-line statement in {} "),
+    ("include 'gin/tiny.gin'\ntrain.batch_size 8\n", r"\({}, line 2: train.batch_size 8\)"),
+    ("train.total_steps = 5\nGeneratr.ch = 3\n", r"'Generatr'.*{}\", line 2: Generatr.ch = 3"),
+])
+def test_a_malformed_gin_file_is_named_with_its_line(tmp_path, text, where):
+    from paragan_tf import config as config_lib  # pylint: disable=import-outside-toplevel
+    path = tmp_path / "broken.gin"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=where.format(re.escape(str(path)))):
+        config_lib.parse([str(path)], [])

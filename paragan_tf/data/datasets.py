@@ -6,7 +6,9 @@ Names:
   fashion_mnist  Fashion-MNIST from Debian's `dataset-fashion-mnist` package.
   tfds:NAME      any TFDS dataset already prepared in `dataset.data_dir`
                  (nothing is downloaded unless `dataset.download=True`).
-  image_folder   `dataset.data_dir/<class name>/<image files>`.
+  image_folder   `dataset.data_dir/<class name>/<image files>`; every file is
+                 decoded once at start-up, and a corrupt one is an error naming
+                 it (or skipped and counted with `dataset.skip_corrupt=True`).
   synthetic      random images (benchmarks, tests).
 Every source states its spec (classes, channels) without reading the data, so
 dry runs and start-up checks are cheap.
@@ -18,8 +20,9 @@ import dataclasses
 import functools
 import gzip
 import os
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
+from absl import logging
 import numpy as np
 import tensorflow as tf
 
@@ -146,7 +149,8 @@ def _tfds(tfds_name: str, data_dir: Optional[str] = None, download: bool = False
                   check=check)
 
 
-def _image_folder(data_dir: Optional[str] = None, channels: int = 3, **_) -> Source:
+def _image_folder(data_dir: Optional[str] = None, channels: int = 3,
+                  skip_corrupt: bool = False, **_) -> Source:
     if not data_dir:
         raise ConfigError("dataset.name='image_folder' needs dataset.data_dir=<folder with one "
                           "sub-folder per class>")
@@ -162,20 +166,53 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 3, **_) -> Sou
     if not files:
         raise ConfigError(f"dataset.data_dir={data_dir!r} holds no images in class sub-folders "
                           f"(expected {data_dir}/<class>/<file>{IMAGE_EXTENSIONS[0]})")
+    usable = np.ones(len(files), bool)  # the start-up check clears corrupt files
 
     def decode(path, label):
         image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
                                    expand_animations=False)
         return tf.ensure_shape(image, [None, None, channels]), label
 
+    def check():
+        """Decodes every file once: a corrupt one fails here, named, not mid-training."""
+        corrupt = find_corrupt(files, channels)
+        if corrupt and not skip_corrupt:
+            listed = ", ".join(corrupt[:5]) + (f" and {len(corrupt) - 5} more"
+                                               if len(corrupt) > 5 else "")
+            raise ConfigError(f"{len(corrupt)} corrupt image file(s) in dataset.data_dir="
+                              f"{data_dir!r}: {listed}; remove them or set "
+                              f"dataset.skip_corrupt=True to train without them")
+        if corrupt:
+            logging.warning("skipping %d corrupt image file(s) (dataset.skip_corrupt): %s",
+                            len(corrupt), ", ".join(corrupt))
+            usable[[files.index(path) for path in corrupt]] = False
+            if not usable.any():
+                raise ConfigError(f"every image file in dataset.data_dir={data_dir!r} is "
+                                  f"corrupt")
+
     def make(split: str) -> tf.data.Dataset:
         if split != "train":
             raise ConfigError(f"dataset.split={split!r}: an image folder has only 'train'")
         order = _stored_order(len(files))
+        order = order[usable[order]]
         ds = tf.data.Dataset.from_tensor_slices((np.array(files)[order],
                                                  np.array(labels, np.int32)[order]))
         return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-    return Source("image_folder", len(classes), channels, make, len(files))
+    return Source("image_folder", len(classes), channels, make, len(files), check=check)
+
+
+def find_corrupt(files: Sequence[str], channels: int) -> List[str]:
+    """The files TensorFlow cannot decode as images, in order (decoded in parallel)."""
+    logging.info("checking %d image files", len(files))
+    ds = tf.data.Dataset.from_tensor_slices(list(files)).map(
+        lambda path: (path, tf.shape(tf.io.decode_image(tf.io.read_file(path),
+                                                        channels=channels,
+                                                        expand_animations=False))),
+        num_parallel_calls=tf.data.AUTOTUNE)
+    # A file whose decode fails drops out; the ones missing from the output are corrupt.
+    ds = ds.apply(tf.data.experimental.ignore_errors())
+    readable = {path.decode() for path, _ in ds.as_numpy_iterator()}
+    return [f for f in files if f not in readable]
 
 
 def _synthetic(num_classes: int = 10, channels: int = 3, size: int = 32, **_) -> Source:

@@ -50,12 +50,14 @@ class DatasetConfig:
     random_flip: bool
     shuffle_buffer: int
     download: bool
+    skip_corrupt: bool = False
 
 
 @gin.configurable("dataset")
 def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split: str = "train",
                    resolution: int = 32, fit: str = "auto", random_flip: bool = False,
-                   shuffle_buffer: int = 10_000, download: bool = False) -> DatasetConfig:
+                   shuffle_buffer: int = 10_000, download: bool = False,
+                   skip_corrupt: bool = False) -> DatasetConfig:
     """The dataset settings, from gin.
 
     Args:
@@ -70,13 +72,15 @@ def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split:
       random_flip: random horizontal flips.
       shuffle_buffer: examples in the shuffle buffer.
       download: allow TFDS to download (never possible on air-gapped machines).
+      skip_corrupt: image folders: train without the files that fail to decode
+        (logged with their names) instead of stopping with an error naming them.
     """
     if fit not in ("auto", "pad", "resize"):
         raise ConfigError(f"dataset.fit={fit!r} must be auto, pad or resize")
     if resolution <= 0:
         raise ConfigError(f"dataset.resolution={resolution} must be positive")
     return DatasetConfig(name, data_dir, split, resolution, fit, random_flip, shuffle_buffer,
-                         download)
+                         download, skip_corrupt)
 
 
 def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
@@ -85,10 +89,22 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
     With check=False only the spec is needed (dry runs): absent data is not an error.
     """
     source = datasets.get_source(config.name, data_dir=config.data_dir,
-                                 download=config.download)
+                                 download=config.download, skip_corrupt=config.skip_corrupt)
     if check:
         source.check()
     return source
+
+
+def check_not_empty(source: datasets.Source, config: DatasetConfig,
+                    classes: Optional[Sequence[int]] = None) -> None:
+    """ConfigError unless the training stream has an example (an empty one would not
+    hang, tf.data ends an empty repeat, but would fail mid-run with no explanation)."""
+    ds = keep_classes(source.make(config.split), classes, source.num_classes)
+    if next(iter(ds.take(1)), None) is None:
+        which = "" if classes is None or len(classes) >= source.num_classes else \
+            f" of the classes {list(classes)} this run trains on"
+        raise ConfigError(f"dataset.name={config.name!r} split {config.split!r} holds no "
+                          f"examples{which}; check dataset.data_dir / dataset.split / per_class")
 
 
 def fit_image(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:

@@ -53,6 +53,17 @@ class Checkpointer:
             self.checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name="ckpt")
         self.is_chief = is_chief
         self.saved_step: Optional[int] = None  # step of the last checkpoint saved or restored
+        if is_chief:
+            self._remove_interrupted_saves()
+
+    def _remove_interrupted_saves(self) -> None:
+        # A save killed half-way leaves its ckpt-N_temp folder behind; nothing names it.
+        for path in tf.io.gfile.glob(os.path.join(self.model_dir, "ckpt-*_temp*")):
+            logging.warning("removing %s, left by a checkpoint save that was interrupted", path)
+            if tf.io.gfile.isdir(path):
+                tf.io.gfile.rmtree(path)
+            else:
+                tf.io.gfile.remove(path)
 
     @property
     def latest(self) -> Optional[str]:

@@ -84,6 +84,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
                           f"choose one of {sorted(biggan.G_ARCH)}")
     source = pipeline.load_source(data, check=check_data)
     classes = class_groups.classes_for(source.num_classes)
+    if check_data:
+        pipeline.check_not_empty(source, data, classes)
     loss_fn = losses.loss()
     strategy = strategy or strategy_lib.make_strategy()
     config_lib.check_batch(config, strategy.num_replicas_in_sync)

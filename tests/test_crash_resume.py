@@ -1,0 +1,107 @@
+"""bin/train.py killed with SIGKILL (once in the middle of a checkpoint save, then at random
+moments) and relaunched: the newest checkpoint loads, the step never goes backwards, the
+weights at resume are the checkpoint's, and the run ends with the weights of a run that
+was never interrupted."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import subprocess
+import time
+
+import gin
+import pytest
+import tensorflow as tf
+
+from conftest import PYTHON, REPO
+from paragan_tf.train import checkpoints
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
+
+BINDINGS = ("train.total_steps = 16", "train.checkpoint_every = 1", "train.steps_per_loop = 1",
+            "train.log_every = 1", "train.sample_every = 100", "train.max_to_keep = 100",
+            "dataset.random_flip = True")
+
+
+def _launch(model_dir: str, log_path: str) -> subprocess.Popen:
+    args = [PYTHON, os.path.join(REPO, "bin", "train.py"), "--gin_file=gin/tiny.gin",
+            f"--model_dir={model_dir}"] + [f"--gin_bindings={b}" for b in BINDINGS]
+    log = open(log_path, "w")  # pylint: disable=consider-using-with
+    return subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _newest_step(model_dir: str) -> int:
+    path = tf.train.latest_checkpoint(model_dir)
+    return int(path.rsplit("-", 1)[1]) if path else 0
+
+
+def _wait_for(condition, proc, timeout=180.0, poll=0.0005):
+    deadline = time.time() + timeout
+    while not condition():
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.time() < deadline, "timed out waiting for the run"
+        time.sleep(poll)
+
+
+def _digest_of(checkpoint: str, tiny_gin) -> str:
+    tiny_gin(*BINDINGS)
+    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    checkpoints.Checkpointer(os.path.dirname(checkpoint), 100, **exp.trackables()).restore(
+        checkpoint)
+    return loop.weights_digest(exp)
+
+
+@pytest.mark.slow
+def test_sigkill_anywhere_then_relaunch_resumes_exactly(tmp_path, tiny_gin):
+    reference = _launch(str(tmp_path / "straight"), str(tmp_path / "straight.log"))
+    assert reference.wait(timeout=300) == 0
+    final = re.findall(r"final weights digest (\w+)", (tmp_path / "straight.log").read_text())
+
+    model_dir = str(tmp_path / "crashed")
+    rng = random.Random(int(time.time()))
+    kills = []
+    for attempt in range(4):
+        log = str(tmp_path / f"attempt{attempt}.log")
+        proc = _launch(model_dir, log)
+        begun = _newest_step(model_dir)
+        # Let the relaunched run write a checkpoint of its own first.
+        _wait_for(lambda: _newest_step(model_dir) > begun, proc)
+        if attempt == 0:
+            # In the middle of a save: TensorFlow writes into ckpt-N_temp first.
+            _wait_for(lambda: any("_temp" in f for f in os.listdir(model_dir)), proc)
+            moment = "during a save"
+        else:
+            delay = rng.uniform(0.0, 2.0)
+            time.sleep(delay)
+            moment = f"{delay:.2f} s after its first checkpoint"
+        during_save = any("_temp" in f for f in os.listdir(model_dir))
+        proc.kill()
+        proc.wait()
+        if proc.returncode != -9:  # it finished before the kill: nothing to resume
+            break
+        kills.append((_newest_step(model_dir), moment, during_save))
+    print("kills (newest checkpoint step, moment, temp files present):", kills)
+    assert kills and kills[0][2], "the first kill should land inside a checkpoint save"
+
+    last = str(tmp_path / "last.log")
+    assert _launch(model_dir, last).wait(timeout=300) == 0
+    logs = [(tmp_path / f"attempt{i}.log").read_text() for i in range(1, len(kills))]
+    logs.append(open(last).read())
+    previous = 0
+    for (killed_at, _, _), text in zip(kills, logs):
+        resumed = re.search(r"resumed from (\S+) at step (\d+), weights digest (\w+)", text)
+        assert resumed, text[-2000:]
+        path, step, digest = resumed.group(1), int(resumed.group(2)), resumed.group(3)
+        # The newest checkpoint at the kill is the one that loads: no step goes backwards.
+        assert step == killed_at >= previous
+        previous = step
+        gin.clear_config()
+        assert digest == _digest_of(path, tiny_gin), path
+    assert re.findall(r"final weights digest (\w+)", open(last).read()) == final
+    assert "left by a checkpoint save that was interrupted" in logs[0]
+    assert not [f for f in os.listdir(model_dir) if "_temp" in f]
+
+
