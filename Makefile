@@ -10,7 +10,7 @@ GIN_FILE ?= gin/mnist_default.gin
 FASHION_MNIST := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 PYTEST_ARGS ?=
 
-.PHONY: setup train test quality clean
+.PHONY: setup train test bazel-test quality clean
 
 setup: $(STAMP) fashion-mnist
 
@@ -40,9 +40,22 @@ train: setup
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The fast unit tests through Bazel, offline: Debian's bazel-bootstrap (4.2.3) with the
+# local stand-ins named in WORKSPACE and .venv's python as the registered toolchain.
+bazel-test: setup
+	@command -v bazel >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's bazel-bootstrap"; \
+	    apt-get install -y -q bazel-bootstrap >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q bazel-bootstrap >/dev/null; }; \
+	  else echo "bazel-test needs: sudo apt-get install bazel-bootstrap"; exit 1; fi; }
+	bazel test --test_tag_filters=unit --test_output=errors //:all; \
+	  status=$$?; bazel shutdown; exit $$status
+
 # The quality benchmark: Fashion-MNIST, FCD and conditional accuracy (~25 min on 2 cores).
 quality: setup
 	$(PY) bin/quality.py --output_dir=runs/quality
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
+	-command -v bazel >/dev/null && bazel clean --expunge

@@ -84,10 +84,10 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
                           f"choose one of {sorted(biggan.G_ARCH)}")
     source = pipeline.load_source(data, check=check_data)
     classes = class_groups.classes_for(source.num_classes)
-    if check_data:
-        pipeline.check_not_empty(source, data, classes)
     loss_fn = losses.loss()
     strategy = strategy or strategy_lib.make_strategy()
+    if check_data:  # after the strategy: it runs TensorFlow ops
+        pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy)
     layout_lib.apply(layout)

@@ -1,0 +1,58 @@
+"""TensorBoard, for real: serve a tiny run's logdir on 127.0.0.1 and read its HTTP API."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import PYTHON
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(port: int, path: str):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_the_runs_scalars_samples_and_config(tiny_gin, tmp_path):
+    tiny_gin("train.total_steps = 4")
+    loop.train(experiment.build(), str(tmp_path))
+    port = _free_port()
+    server = subprocess.Popen(
+        [PYTHON, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host", "127.0.0.1",
+         "--port", str(port), "--load_fast=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, tags = time.time() + 120, {}
+        while not tags.get("."):  # the events file is read a moment after start
+            assert server.poll() is None, server.stdout.read()
+            assert time.time() < deadline, "TensorBoard did not serve the run's scalars"
+            try:
+                tags = _get(port, "/data/plugin/scalars/tags")
+            except OSError:
+                pass
+            time.sleep(0.5)
+        scalars = set(tags["."])
+        for tag in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "perf/images_per_sec",
+                    "perf/input_wait_frac", "health/skipped_steps", "lr/G", "lr/D"):
+            assert tag in scalars, (tag, sorted(scalars))
+        series = _get(port, "/data/plugin/scalars/scalars?run=.&tag=loss/D")
+        assert [step for _, step, _ in series] == [2, 4]
+        assert "samples/ema" in _get(port, "/data/plugin/images/tags")["."]
+        assert "config/operative_gin" in _get(port, "/data/plugin/text/tags")["."]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
