@@ -5,7 +5,8 @@
     python bin/train.py --gin_file=gin/biggan_cifar10.gin --dry_run
 
 Resumes from the newest checkpoint in --model_dir. On SIGTERM/SIGINT it saves
-a checkpoint and exits with 128 + the signal number.
+a checkpoint and exits with 128 + the signal number. A run the NaN guard gives up
+on (train.max_consecutive_skips) exits 1 with one error line.
 
 Several processes (see bin/launch_local.py and README): every task runs this
 binary with the same flags and its own TF_CONFIG (or Slurm variables). Under
@@ -25,6 +26,7 @@ import common
 import tensorflow as tf
 
 from paragan_tf.distribute import server
+from paragan_tf.errors import Diverged
 from paragan_tf.train import async_loop
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
@@ -50,7 +52,7 @@ def _main() -> int:
     except loop.Interrupted as e:
         logging.warning("%s", e)
         common.exit_now(128 + e.signum)
-    except async_loop.ParameterServerLost as e:
+    except (async_loop.ParameterServerLost, Diverged) as e:
         logging.error("%s", e)
         common.fail(str(e), code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))

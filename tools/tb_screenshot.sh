@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 logdir=${1:?usage: tools/tb_screenshot.sh LOGDIR OUT.png [plugin]}
 out=${2:?usage: tools/tb_screenshot.sh LOGDIR OUT.png [plugin]}
 plugin=${3:-scalars}
+if [ $# -gt 3 ] || [ -d "$out" ]; then echo "usage: tools/tb_screenshot.sh LOGDIR OUT.png [plugin]" >&2; exit 2; fi
 python=${PYTHON:-.venv/bin/python}
 
 if ! command -v chromium >/dev/null; then

@@ -264,7 +264,7 @@ def noise_input_fn(dim_z: int, num_classes: int, global_batch_size: int, seed: i
             label = class_groups.draw_labels(labels, [], tf.stack([key[1], key[0] + i]))
             return z, label
         first = replica_batches_done * _replicas_per_pipeline(ctx) * batch
-        ds = tf.data.Dataset.counter(start=first).map(example, num_parallel_calls=tf.data.AUTOTUNE,
-                                           deterministic=True)
+        ds = tf.data.Dataset.counter(start=first).map(
+            example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
     return input_fn

@@ -245,14 +245,15 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         service = service_lib.LocalDataService(exp.input_config.service_workers)
         exp.inputs.append(service)  # the servers live as long as the run
 
+    step = start
+
     def real_iterator(seed: int, first_step: int):
         """The real-image stream `seed` begun at `first_step`, positioned at `step`."""
         exp.input_state.assign([noise_seed, seed, first_step])
         if step > first_step:
             logging.info("fast-forwarding the real-image input by %d steps", step - first_step)
-        return real_batches(exp, seed, tuner.tuning, service, step - first_step), seed
-    step = start
-    real_it, real_seed = real_iterator(real_seed, real_start)
+        return real_batches(exp, seed, tuner.tuning, service, step - first_step)
+    real_it = real_iterator(real_seed, real_start)
     noise_it = noise_batches(exp, noise_seed, start)
     loop = make_loop_fn(exp, make_gan_step(exp))
     eval_every = evaluator_lib.eval_config().every_steps
@@ -316,8 +317,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 window_steps, window_seconds, window_wait = 0, 0.0, 0.0
                 if tuner.observe(metrics["perf/input_wait_frac"]):
                     exp.inputs.append(real_it)  # see Experiment.inputs: never destroyed mid-run
-                    # A fresh shuffle under the new read settings.
-                    real_it, real_seed = real_iterator(real_seed + 7919, step)
+                    real_seed += 7919  # a fresh shuffle under the new read settings
+                    real_it = real_iterator(real_seed, step)
                 if not all(np.isfinite(v) for v in out.values()):
                     logging.warning("non-finite metrics at step %d: %s", step, out)
             if step % cfg.sample_every == 0 or step == cfg.total_steps:
