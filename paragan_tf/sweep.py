@@ -130,18 +130,21 @@ def expand(spec: dict, root: str, extra_bindings: Sequence[str] = ()) -> List[Ru
 
 
 def validate(runs: Sequence[Run]) -> None:
-    """Parses every run's configuration and checks the trainer's and dataset's settings;
-    one ConfigError listing every bad run, so nothing starts when any is wrong."""
+    """Parses every run's configuration and checks the trainer's, dataset's and
+    optimizers' settings; one ConfigError listing every bad run, so nothing starts
+    when any is wrong."""
     # pylint: disable=import-outside-toplevel  (TensorFlow loads only when validating)
     from paragan_tf import config as config_lib
     from paragan_tf.data import pipeline
     from paragan_tf.train import config as train_config
+    from paragan_tf.train import optimizers
     problems = []
     for run in runs:
         try:
             config_lib.parse(run.gin_files, run.bindings, finalize=False)
-            train_config.train_config()
+            trainer = train_config.train_config()
             pipeline.dataset_config()
+            optimizers.make_optimizers(trainer.batch_size * trainer.accumulation)
         except ConfigError as e:
             problems.append(f"{run.name}: {str(e).splitlines()[0]}")
         finally:

@@ -97,6 +97,15 @@ def test_invalid_bindings_are_reported_before_any_run_starts(tmp_path):
     assert "2 of 2 runs have invalid settings; nothing was started" in proc.stderr
     assert "batch_size=8,d_stepz=1: gin config: Configurable 'train' doesn't have a " \
            "parameter named 'd_stepz'" in proc.stderr
+    # A value that parses but is wrong: caught by the same checks the trainer makes.
+    path = _sweep_file(tmp_path, """
+        sweep.base = ['gin/tiny.gin']
+        sweep.product = {'D/optimizer.learning_rate': [2e-4, 0.0]}
+    """, "lr.gin")
+    proc = run_binary("sweep.py", f"--sweep={path}", f"--root={tmp_path / 'root'}")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "1 of 2 runs have invalid settings" in proc.stderr
+    assert "D.learning_rate=0: D/optimizer.learning_rate=0.0 must be positive" in proc.stderr
     assert not (tmp_path / "root").exists()
 
 

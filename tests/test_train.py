@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import gin
 import numpy as np
 import pytest
@@ -26,8 +24,11 @@ def _one_device():
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
-@pytest.mark.parametrize("loss,d_steps,sync_bn", list(itertools.product(
-    ["hinge", "non_saturating", "wasserstein"], [1, 2], [False, True])))
+# Every pair of (loss, d_steps, BN mode) values occurs in some case: pairwise coverage in
+# half the cases of the full product (each case builds and traces a whole training loop).
+@pytest.mark.parametrize("loss,d_steps,sync_bn", [
+    ("hinge", 1, False), ("hinge", 2, True), ("non_saturating", 1, True),
+    ("non_saturating", 2, False), ("wasserstein", 1, False), ("wasserstein", 2, True)])
 def test_one_step_trains_every_loss_d_steps_and_bn_mode(tiny_gin, tmp_path, loss, d_steps,
                                                         sync_bn):
     tiny_gin(f"loss.fn = @{loss}", f"train.d_steps = {d_steps}", f"Generator.sync_bn = {sync_bn}",
@@ -124,15 +125,6 @@ def test_resume_continues_from_the_saved_step(tiny_gin, tmp_path):
     assert result["step"] == 4
     assert int(resumed.g_optimizer.iterations.numpy()) == 4  # 2 restored + 2 new
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-4")
-
-
-def test_checkpoint_of_another_architecture_fails_loudly(tiny_gin, tmp_path):
-    tiny_gin("train.total_steps = 2")
-    loop.train(experiment.build(_one_device()), str(tmp_path))
-    gin.clear_config()
-    tiny_gin("train.total_steps = 4", "Generator.ch = 8")
-    with pytest.raises(ConfigError, match="does not match this run's models"):
-        loop.train(experiment.build(_one_device()), str(tmp_path))
 
 
 def test_ema_tracks_before_start_and_averages_after(tiny_gin):
