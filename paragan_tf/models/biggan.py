@@ -1,9 +1,22 @@
 """BigGAN Generator and projection Discriminator (Brock et al. 2019), Keras-subclassed.
 
-Architectures follow the reference implementation (BigGAN-PyTorch): per
-resolution, the channel multipliers of each residual block. The 32x32 variant
-with ch=64, no shared embedding, no hierarchical z and no attention is the
-reference CIFAR-10 BigGAN: G 4,304,387 and D 4,207,361 trainable parameters.
+Architectures follow the reference implementation (BigGAN-PyTorch at 98459431):
+per resolution, the channel multipliers of each residual block. Trainable
+parameter counts equal the reference's, counted by instantiating it with torch
+(tests/test_models.py pins them): the 32x32 CIFAR-10 BigGAN (ch=64, per-class
+BN, no attention) G 4,304,387 / D 4,207,361; at ch=96, dim_z 120, shared
+embedding 128, hierarchical z, attention at 64 and 1000 classes, 128 px
+G 70,433,988 / D 87,982,370 and 256 px G 82,108,548 / D 99,225,890.
+
+Beyond the reference:
+- 512 px D: the reference has no 512 px discriminator table. Ours repeats its
+  rule (each table prepends one more full-resolution block of the smallest
+  width): [1, 1, 2, 4, 8, 8, 16, 16] x ch, 7 downsampling blocks and one not.
+- 1024 px (ParaGAN's high-resolution BigGAN): one more up block in G and one
+  more down block in D, both at the smallest width (1 x ch), so the 512 px
+  network is the 1024 px one without its outermost block on each side:
+  G [16, 16, 8, 8, 4, 2, 1, 1] -> [16, 8, 8, 4, 2, 1, 1, 1],
+  D [1, 1, 1, 2, 4, 8, 8, 16, 16] with 8 downsampling blocks.
 """
 
 from __future__ import annotations
@@ -17,6 +30,7 @@ import tf_keras as keras
 from paragan_tf.errors import ConfigError
 from paragan_tf.layout import round_up
 from paragan_tf.models import layers
+from paragan_tf.models import recompute as recompute_lib
 
 BOTTOM_WIDTH = 4
 
@@ -27,6 +41,7 @@ G_ARCH = {
     128: ([16, 16, 8, 4, 2], [16, 8, 4, 2, 1]),
     256: ([16, 16, 8, 8, 4, 2], [16, 8, 8, 4, 2, 1]),
     512: ([16, 16, 8, 8, 4, 2, 1], [16, 8, 8, 4, 2, 1, 1]),
+    1024: ([16, 16, 8, 8, 4, 2, 1, 1], [16, 8, 8, 4, 2, 1, 1, 1]),
 }
 # resolution -> (out multipliers, downsample flags) of the discriminator's blocks;
 # each block's input is the previous block's output (the first reads the image).
@@ -36,6 +51,7 @@ D_ARCH = {
     128: ([1, 2, 4, 8, 16, 16], [True] * 5 + [False]),
     256: ([1, 2, 4, 8, 8, 16, 16], [True] * 6 + [False]),
     512: ([1, 1, 2, 4, 8, 8, 16, 16], [True] * 7 + [False]),
+    1024: ([1, 1, 1, 2, 4, 8, 8, 16, 16], [True] * 8 + [False]),
 }
 
 
@@ -50,7 +66,23 @@ def _check_resolution(resolution: int, who: str) -> None:
                           f"choose one of {sorted(G_ARCH)}")
 
 
-@gin.configurable
+def _numerics(who: str, init: str, embedding_init: str, bn_epsilon: float,
+              sn_epsilon: float) -> layers.Numerics:
+    try:
+        return layers.Numerics(init, embedding_init, bn_epsilon, sn_epsilon)
+    except ValueError as e:
+        raise ConfigError(f"{who}.{e}") from None
+
+
+def _run_block(block_fn, tensors, state, recompute: bool):
+    """block_fn(*tensors), rematerialised in the backward pass when `recompute`."""
+    if recompute:
+        return recompute_lib.call(block_fn, tensors, state)
+    return block_fn(*tensors)
+
+
+# `recompute` is a trainer choice (train.recompute), not part of the architecture.
+@gin.configurable(denylist=["recompute"])
 class Generator(keras.Model):
     """Class-conditional BigGAN generator: (z, labels) -> images in [-1, 1], NHWC.
 
@@ -58,7 +90,7 @@ class Generator(keras.Model):
     summing to 1) to condition on a mix of classes (class interpolation).
 
     Args:
-      resolution: output height and width (32, 64, 128, 256 or 512).
+      resolution: output height and width (32, 64, 128, 256, 512 or 1024).
       num_classes: number of classes; normally taken from the dataset.
       out_channels: image channels; normally taken from the dataset.
       ch: base width; block widths are ch times the paper's multipliers.
@@ -66,21 +98,32 @@ class Generator(keras.Model):
       shared_dim: size of the shared class embedding; 0 means per-class BN
         gains/biases (the CIFAR reference), >0 means BN gains/biases are linear
         maps of [shared embedding, z chunk].
-      hierarchical_z: split z into one chunk for the stem and one per block.
+      hierarchical_z: split z into one chunk for the stem and one per block
+        (dim_z must divide evenly: the reference silently drops the remainder,
+        120 -> 119 at 256 px, we ask for the divisible size instead).
       attention_resolutions: resolutions after whose block to self-attend.
       sync_bn: cross-replica batch statistics.
       bn_momentum: momentum of the BN moving averages used at inference.
       channel_multiple: block widths rounded up to a multiple of this (set by the
         layout, see layout.py).
+      init, embedding_init, bn_epsilon, sn_epsilon: reference numerics, see
+        layers.Numerics (BigGAN-PyTorch's G_init, BN_eps, SN_eps). The shared
+        embedding is initialised with `init`, as the reference's.
+      recompute: rematerialise each residual block (with its attention) in the
+        backward pass (train.recompute sets it; see recompute.py).
     """
 
     def __init__(self, resolution: int = gin.REQUIRED, num_classes: int = gin.REQUIRED,
                  out_channels: int = 3, ch: int = 64, dim_z: int = 128, shared_dim: int = 0,
                  hierarchical_z: bool = False, attention_resolutions: Sequence[int] = (),
                  sync_bn: bool = False, bn_momentum: float = 0.9, channel_multiple: int = 1,
+                 init: str = "ortho", embedding_init: str = "init", bn_epsilon: float = 1e-5,
+                 sn_epsilon: float = 1e-12, recompute: bool = False,
                  name: str = "generator"):
         super().__init__(name=name)
         _check_resolution(resolution, "Generator")
+        numerics = _numerics("Generator", init, embedding_init, bn_epsilon, sn_epsilon)
+        self.recompute = recompute
         in_widths, out_widths = _widths(G_ARCH[resolution], ch, channel_multiple)
         self.resolution, self.num_classes, self.dim_z = resolution, num_classes, dim_z
         self.hierarchical_z = hierarchical_z
@@ -91,22 +134,27 @@ class Generator(keras.Model):
         self.z_chunk = dim_z // num_slots
         if hierarchical_z and not shared_dim:
             raise ConfigError("Generator.hierarchical_z=True needs Generator.shared_dim > 0")
-        self.shared = (keras.layers.Embedding(num_classes, shared_dim, name="shared")
+        # float32 whatever the policy: the embedding is concatenated with float32 z
+        # chunks (under mixed_bfloat16 a bf16 embedding made that concat fail).
+        self.shared = (keras.layers.Embedding(num_classes, shared_dim, name="shared",
+                                              embeddings_initializer=numerics.initializer(),
+                                              dtype="float32")
                        if shared_dim else None)
         conditioning = "vector" if shared_dim else "class"
-        self.linear = layers.SNDense(BOTTOM_WIDTH * BOTTOM_WIDTH * in_widths[0], name="linear")
+        self.linear = layers.SNDense(BOTTOM_WIDTH * BOTTOM_WIDTH * in_widths[0], name="linear",
+                                     numerics=numerics)
         self.stem_shape = (BOTTOM_WIDTH, BOTTOM_WIDTH, in_widths[0])
         self.blocks, self.attention = [], []
         for i, (cin, cout) in enumerate(zip(in_widths, out_widths)):
             self.blocks.append(layers.GBlock(
                 cin, cout, upsample=True, conditioning=conditioning,
                 num_classes=num_classes, sync_bn=sync_bn, bn_momentum=bn_momentum,
-                name=f"block{i}"))
+                numerics=numerics, name=f"block{i}"))
             self.attention.append(layers.maybe_attention(
-                BOTTOM_WIDTH * 2 ** (i + 1), attention_resolutions, f"attention{i}"))
+                BOTTOM_WIDTH * 2 ** (i + 1), attention_resolutions, f"attention{i}", numerics))
         self.out_bn = layers.ConditionalBatchNorm("none", sync=sync_bn, momentum=bn_momentum,
-                                                  name="out_bn")
-        self.out_conv = layers.SNConv2D(out_channels, 3, name="out_conv")
+                                                  numerics=numerics, name="out_bn")
+        self.out_conv = layers.SNConv2D(out_channels, 3, name="out_conv", numerics=numerics)
 
     def call(self, inputs, training=False):
         z, labels = inputs
@@ -123,31 +171,48 @@ class Generator(keras.Model):
         h = self.linear(chunks[0], training=training)
         h = tf.reshape(h, (-1,) + self.stem_shape)
         for block, attention, condition in zip(self.blocks, self.attention, conditions):
-            h = block(h, condition, training=training)
-            if attention is not None:
-                h = attention(h, training=training)
+            h = self._block(block, attention, h, condition, training)
         h = tf.nn.relu(self.out_bn(h, training=training))
         # tanh in float32 so images are exact in [-1, 1] whatever the compute dtype.
         return tf.tanh(tf.cast(self.out_conv(h, training=training), tf.float32))
 
+    def _block(self, block, attention, h, condition, training):
+        # Integer class ids stay in the closure (no gradient); a float condition
+        # (shared embedding + z chunk) is an input, so the embedding gets its gradient.
+        float_condition = condition.dtype.is_floating
 
-@gin.configurable
+        def run(h, *maybe_condition):
+            h = block(h, maybe_condition[0] if float_condition else condition,
+                      training=training)
+            return h if attention is None else attention(h, training=training)
+        tensors = (h, condition) if float_condition else (h,)
+        return _run_block(run, tensors, recompute_lib.block_state(block, attention),
+                          self.recompute and training)
+
+
+@gin.configurable(denylist=["recompute"])
 class Discriminator(keras.Model):
     """Projection discriminator: (images, labels) -> float32 logits of shape [batch].
 
     Args:
-      resolution: input height and width (32, 64, 128, 256 or 512).
+      resolution: input height and width (32, 64, 128, 256, 512 or 1024).
       num_classes: number of classes; normally taken from the dataset.
       ch: base width.
       attention_resolutions: resolutions after whose block to self-attend.
       channel_multiple: block widths rounded up to a multiple of this (layout.py).
+      init, sn_epsilon: reference numerics (BigGAN-PyTorch's D_init, SN_eps); the
+        projection embedding is initialised with `init` too.
+      recompute: rematerialise each residual block in the backward pass.
     """
 
     def __init__(self, resolution: int = gin.REQUIRED, num_classes: int = gin.REQUIRED,
                  ch: int = 64, attention_resolutions: Sequence[int] = (),
-                 channel_multiple: int = 1, name: str = "discriminator"):
+                 channel_multiple: int = 1, init: str = "ortho", sn_epsilon: float = 1e-12,
+                 recompute: bool = False, name: str = "discriminator"):
         super().__init__(name=name)
         _check_resolution(resolution, "Discriminator")
+        numerics = _numerics("Discriminator", init, "init", 1e-5, sn_epsilon)
+        self.recompute = recompute
         out_mult, down = D_ARCH[resolution]
         (widths,) = _widths((out_mult,), ch, channel_multiple)
         self.blocks, self.attention = [], []
@@ -156,23 +221,26 @@ class Discriminator(keras.Model):
             self.blocks.append(layers.DBlock(
                 # The image (in_channels None) never matches a block width: shortcut conv.
                 in_channels or 0, cout, downsample=downsample,
-                preactivation=i > 0, name=f"block{i}"))
+                preactivation=i > 0, numerics=numerics, name=f"block{i}"))
             size = size // 2 if downsample else size
             self.attention.append(layers.maybe_attention(size, attention_resolutions,
-                                                         f"attention{i}"))
+                                                         f"attention{i}", numerics))
             in_channels = cout
         # The logits are computed in float32 whatever the layout (mixed precision).
-        self.linear = layers.SNDense(1, name="linear", compute_dtype="float32")
+        self.linear = layers.SNDense(1, name="linear", compute_dtype="float32",
+                                     numerics=numerics)
         self.embed = layers.SNEmbedding(num_classes, in_channels, name="embed",
-                                        compute_dtype="float32")
+                                        compute_dtype="float32", numerics=numerics)
 
     def call(self, inputs, training=False):
         images, labels = inputs
         h = images
         for block, attention in zip(self.blocks, self.attention):
-            h = block(h, training=training)
-            if attention is not None:
-                h = attention(h, training=training)
+            def run(h, block=block, attention=attention):
+                h = block(h, training=training)
+                return h if attention is None else attention(h, training=training)
+            h = _run_block(run, (h,), recompute_lib.block_state(block, attention),
+                           self.recompute and training)
         h = tf.reduce_sum(tf.cast(tf.nn.relu(h), tf.float32), axis=[1, 2])  # global sum pool
         logits = tf.cast(self.linear(h, training=training), tf.float32)[:, 0]
         projection = tf.reduce_sum(

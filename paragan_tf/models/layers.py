@@ -6,16 +6,67 @@ parameters. These layers therefore hold plain float32 variables (a float32
 Keras policy: under mixed_bfloat16 Keras would hand out AutoCastVariables that
 read as bfloat16 inside any enclosing layer) and cast by hand to the compute
 dtype of the global policy in force when they were built (see layout.py).
+
+Initialisation and epsilons follow BigGAN-PyTorch and are chosen per network
+with `Numerics` (its names: G_init/D_init, BN_eps, SN_eps).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import tensorflow as tf
 import tf_keras as keras
 
-_EPS = 1e-12
+INITS = ("ortho", "N02", "glorot")
+EMBEDDING_INITS = ("init", "zeros")
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """The reference-fidelity settings every layer of one network shares.
+
+    init: weight initialisation of every conv, linear and embedding weight, as
+      BigGAN-PyTorch's `--G_init/--D_init`: 'ortho' (orthogonal), 'N02'
+      (normal, std 0.02), 'glorot' (Glorot/Xavier uniform). Biases start at 0.
+    embedding_init: the class-conditional BN gain/bias tables (per-class
+      conditioning): 'init' initialises them like every other weight, as the
+      reference does (they are nn.Embedding there); 'zeros' starts every class
+      at gain 1, bias 0.
+    bn_epsilon: added to the batch variance (reference BN_eps, default 1e-5).
+    sn_epsilon: floor of the norms in the spectral-norm power iteration
+      (reference SN_eps, default 1e-12; its ImageNet scripts use 1e-6).
+    """
+
+    init: str = "ortho"
+    embedding_init: str = "init"
+    bn_epsilon: float = 1e-5
+    sn_epsilon: float = 1e-12
+
+    def __post_init__(self):
+        if self.init not in INITS:
+            raise ValueError(f"init={self.init!r} must be one of {INITS}")
+        if self.embedding_init not in EMBEDDING_INITS:
+            raise ValueError(f"embedding_init={self.embedding_init!r} must be one of "
+                             f"{EMBEDDING_INITS}")
+        if self.bn_epsilon <= 0 or self.sn_epsilon <= 0:
+            raise ValueError("bn_epsilon and sn_epsilon must be positive")
+
+    def initializer(self) -> keras.initializers.Initializer:
+        """The initialiser of conv, linear and embedding weights."""
+        if self.init == "ortho":
+            return keras.initializers.Orthogonal()
+        if self.init == "N02":
+            return keras.initializers.RandomNormal(0.0, 0.02)
+        return keras.initializers.GlorotUniform()
+
+    def embedding_initializer(self) -> keras.initializers.Initializer:
+        """The initialiser of class-conditional BN tables."""
+        return self.initializer() if self.embedding_init == "init" else keras.initializers.Zeros()
+
+
+REFERENCE = Numerics()
 
 
 def _float32_layer_kwargs(kwargs: dict, compute_dtype: Optional[str]) -> str:
@@ -25,8 +76,9 @@ def _float32_layer_kwargs(kwargs: dict, compute_dtype: Optional[str]) -> str:
     return compute_dtype or keras.mixed_precision.global_policy().compute_dtype
 
 
-def _l2_normalize(x: tf.Tensor) -> tf.Tensor:
-    return x * tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(x)), _EPS))
+def _l2_normalize(x: tf.Tensor, epsilon: float) -> tf.Tensor:
+    """x / max(||x||, epsilon), as torch.nn.functional.normalize (the reference's SN)."""
+    return x * tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(x)), epsilon * epsilon))
 
 
 class _SpectralNormalized(keras.layers.Layer):
@@ -38,16 +90,18 @@ class _SpectralNormalized(keras.layers.Layer):
     identical `u`: ONLY_FIRST_REPLICA aggregation lets each replica assign it.
     """
 
-    def __init__(self, compute_dtype: Optional[str] = None, **kwargs):
+    def __init__(self, compute_dtype: Optional[str] = None, numerics: Numerics = REFERENCE,
+                 **kwargs):
         # compute_dtype: None follows the global policy; "float32" keeps a layer
         # (D's output layers) in float32 under mixed precision.
         self.op_dtype = _float32_layer_kwargs(kwargs, compute_dtype)
         super().__init__(**kwargs)
+        self.numerics = numerics
 
     def _build_kernel(self, shape, use_bias: bool) -> None:
-        """Creates the float32 kernel (orthogonal init, as BigGAN), the bias and `u`."""
+        """Creates the float32 kernel (initialised per `numerics.init`), the bias and `u`."""
         self.kernel = self.add_weight(name="kernel", shape=shape, dtype=tf.float32,
-                                      initializer=keras.initializers.Orthogonal())
+                                      initializer=self.numerics.initializer())
         self.bias = (self.add_weight(name="bias", shape=(shape[-1],), initializer="zeros",
                                      dtype=tf.float32) if use_bias else None)
         self._build_sn(shape[-1])
@@ -62,8 +116,9 @@ class _SpectralNormalized(keras.layers.Layer):
     def _normalized(self, kernel: tf.Variable, training: bool) -> tf.Tensor:
         w = tf.reshape(tf.convert_to_tensor(kernel), [-1, kernel.shape[-1]])
         u = tf.stop_gradient(tf.convert_to_tensor(self.sn_u))
-        v = tf.stop_gradient(_l2_normalize(tf.matmul(u, w, transpose_b=True)))
-        u_new = tf.stop_gradient(_l2_normalize(tf.matmul(v, w)))
+        eps = self.numerics.sn_epsilon
+        v = tf.stop_gradient(_l2_normalize(tf.matmul(u, w, transpose_b=True), eps))
+        u_new = tf.stop_gradient(_l2_normalize(tf.matmul(v, w), eps))
         if training:
             self.sn_u.assign(u_new)
         sigma = tf.squeeze(tf.matmul(tf.matmul(v, w), u_new, transpose_b=True))
@@ -123,7 +178,7 @@ class SNEmbedding(_SpectralNormalized):
     def build(self, input_shape):
         self.embeddings = self.add_weight(
             name="embeddings", shape=(self.num_classes, self.dim),
-            initializer=keras.initializers.Orthogonal(), dtype=tf.float32)
+            initializer=self.numerics.initializer(), dtype=tf.float32)
         self._build_sn(self.dim)
         super().build(input_shape)
 
@@ -148,7 +203,7 @@ class ConditionalBatchNorm(keras.layers.Layer):
     """
 
     def __init__(self, conditioning: str = "none", num_classes: int = 0, sync: bool = False,
-                 momentum: float = 0.9, epsilon: float = 1e-4, **kwargs):
+                 momentum: float = 0.9, numerics: Numerics = REFERENCE, **kwargs):
         self.op_dtype = _float32_layer_kwargs(kwargs, None)
         super().__init__(**kwargs)
         if conditioning not in ("none", "class", "vector"):
@@ -157,7 +212,8 @@ class ConditionalBatchNorm(keras.layers.Layer):
         self.num_classes = num_classes
         self.sync = sync
         self.momentum = momentum
-        self.epsilon = epsilon
+        self.numerics = numerics
+        self.epsilon = numerics.bn_epsilon
 
     def build(self, input_shape):
         channels = int(input_shape[-1])
@@ -165,15 +221,15 @@ class ConditionalBatchNorm(keras.layers.Layer):
             self.gain = self.add_weight(name="gain", shape=(channels,), initializer="ones")
             self.bias = self.add_weight(name="bias", shape=(channels,), initializer="zeros")
         elif self.conditioning == "class":
-            self.gain_embed = self.add_weight(name="gain_embeddings",
-                                              shape=(self.num_classes, channels),
-                                              initializer="zeros")
-            self.bias_embed = self.add_weight(name="bias_embeddings",
-                                              shape=(self.num_classes, channels),
-                                              initializer="zeros")
+            table = dict(shape=(self.num_classes, channels),
+                         initializer=self.numerics.embedding_initializer())
+            self.gain_embed = self.add_weight(name="gain_embeddings", **table)
+            self.bias_embed = self.add_weight(name="bias_embeddings", **table)
         else:
-            self.gain_linear = SNDense(channels, use_bias=False, name="gain")
-            self.bias_linear = SNDense(channels, use_bias=False, name="bias")
+            self.gain_linear = SNDense(channels, use_bias=False, name="gain",
+                                       numerics=self.numerics)
+            self.bias_linear = SNDense(channels, use_bias=False, name="bias",
+                                       numerics=self.numerics)
         # ON_READ like Keras BN: each replica updates its own copy, reads average.
         stat = dict(shape=(channels,), trainable=False, dtype=tf.float32,
                     synchronization=tf.VariableSynchronization.ON_READ,
@@ -227,17 +283,19 @@ class ConditionalBatchNorm(keras.layers.Layer):
 class SelfAttention(keras.layers.Layer):
     """SAGAN self-attention with SN 1x1 convs and 2x2 max-pooled keys/values."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, numerics: Numerics = REFERENCE, **kwargs):
         super().__init__(**kwargs)
+        self.numerics = numerics
 
     def build(self, input_shape):
         c = int(input_shape[-1])
         if c < 8:
             raise ValueError(f"self-attention needs at least 8 channels, got {c}")
-        self.theta = SNConv2D(c // 8, 1, use_bias=False, name="theta")
-        self.phi = SNConv2D(c // 8, 1, use_bias=False, name="phi")
-        self.g = SNConv2D(c // 2, 1, use_bias=False, name="g")
-        self.o = SNConv2D(c, 1, use_bias=False, name="o")
+        conv = dict(use_bias=False, numerics=self.numerics)
+        self.theta = SNConv2D(c // 8, 1, name="theta", **conv)
+        self.phi = SNConv2D(c // 8, 1, name="phi", **conv)
+        self.g = SNConv2D(c // 2, 1, name="g", **conv)
+        self.o = SNConv2D(c, 1, name="o", **conv)
         self.gamma = self.add_weight(name="gamma", shape=(), initializer="zeros")
         super().build(input_shape)
 
@@ -268,17 +326,17 @@ class GBlock(keras.layers.Layer):
 
     def __init__(self, in_channels: int, out_channels: int, upsample: bool = True,
                  conditioning: str = "class", num_classes: int = 0, sync_bn: bool = False,
-                 bn_momentum: float = 0.9, **kwargs):
+                 bn_momentum: float = 0.9, numerics: Numerics = REFERENCE, **kwargs):
         super().__init__(**kwargs)
         self.upsample = upsample
         bn = dict(conditioning=conditioning, num_classes=num_classes, sync=sync_bn,
-                  momentum=bn_momentum)
+                  momentum=bn_momentum, numerics=numerics)
         self.bn1 = ConditionalBatchNorm(name="bn1", **bn)
-        self.conv1 = SNConv2D(out_channels, 3, name="conv1")
+        self.conv1 = SNConv2D(out_channels, 3, name="conv1", numerics=numerics)
         self.bn2 = ConditionalBatchNorm(name="bn2", **bn)
-        self.conv2 = SNConv2D(out_channels, 3, name="conv2")
+        self.conv2 = SNConv2D(out_channels, 3, name="conv2", numerics=numerics)
         # A learnable shortcut only where the block changes shape (reference counts).
-        self.shortcut = (SNConv2D(out_channels, 1, name="shortcut")
+        self.shortcut = (SNConv2D(out_channels, 1, name="shortcut", numerics=numerics)
                          if in_channels != out_channels or upsample else None)
 
     def call(self, x, condition, training=False):
@@ -297,13 +355,13 @@ class DBlock(keras.layers.Layer):
     """Discriminator residual block: (ReLU)-conv3x3-ReLU-conv3x3-(avgpool), plus a shortcut."""
 
     def __init__(self, in_channels: int, out_channels: int, downsample: bool = True,
-                 preactivation: bool = True, **kwargs):
+                 preactivation: bool = True, numerics: Numerics = REFERENCE, **kwargs):
         super().__init__(**kwargs)
         self.downsample = downsample
         self.preactivation = preactivation
-        self.conv1 = SNConv2D(out_channels, 3, name="conv1")
-        self.conv2 = SNConv2D(out_channels, 3, name="conv2")
-        self.shortcut = (SNConv2D(out_channels, 1, name="shortcut")
+        self.conv1 = SNConv2D(out_channels, 3, name="conv1", numerics=numerics)
+        self.conv2 = SNConv2D(out_channels, 3, name="conv2", numerics=numerics)
+        self.shortcut = (SNConv2D(out_channels, 1, name="shortcut", numerics=numerics)
                          if in_channels != out_channels or downsample else None)
 
     def call(self, x, training=False):
@@ -319,6 +377,8 @@ class DBlock(keras.layers.Layer):
         return h + tf.cast(sc, h.dtype)
 
 
-def maybe_attention(resolution: int, attention_resolutions, name: str) -> Optional[SelfAttention]:
+def maybe_attention(resolution: int, attention_resolutions, name: str,
+                    numerics: Numerics = REFERENCE) -> Optional[SelfAttention]:
     """A SelfAttention layer when `resolution` is one of the configured ones."""
-    return SelfAttention(name=name) if resolution in tuple(attention_resolutions) else None
+    return (SelfAttention(numerics=numerics, name=name)
+            if resolution in tuple(attention_resolutions) else None)

@@ -31,6 +31,7 @@ class TrainConfig:
     max_consecutive_skips: int = 20
     resume_input: str = "replay"
     deterministic: bool = False
+    recompute: bool = False
 
     @property
     def real_images_per_step(self) -> int:
@@ -45,7 +46,8 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
                  log_every: int = 50, checkpoint_every: int = 500, sample_every: int = 500,
                  max_to_keep: int = 3, seed: int = 0,
                  simultaneous: bool = False, max_consecutive_skips: int = 20,
-                 resume_input: str = "replay", deterministic: bool = False) -> TrainConfig:
+                 resume_input: str = "replay", deterministic: bool = False,
+                 recompute: bool = False) -> TrainConfig:
     """The trainer's options, from gin.
 
     Args:
@@ -76,11 +78,15 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
         'reshuffle': it starts a fresh shuffle instead (for huge slow stores).
       deterministic: tf.config.experimental.enable_op_determinism() (tests of
         bit-exact reproducibility; may be slower).
+      recompute: rematerialise every residual block of G and D in the backward
+        pass: activation memory falls to about the blocks' inputs plus one
+        block's insides, for roughly one more forward pass of compute
+        (`bin/train.py --dry_run` prints both memory plans).
     """
     config = TrainConfig(total_steps, batch_size, d_steps, steps_per_loop, accumulation,
                          clip_norm, ortho_reg, ema_decay, ema_start_step, log_every,
                          checkpoint_every, sample_every, max_to_keep, seed, simultaneous,
-                         max_consecutive_skips, resume_input, deterministic)
+                         max_consecutive_skips, resume_input, deterministic, recompute)
     positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
                 "log_every", "checkpoint_every", "sample_every", "max_to_keep",
                 "max_consecutive_skips")

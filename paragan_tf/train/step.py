@@ -50,7 +50,7 @@ class StepConfig:
     d_steps: int = 1
     accumulation: int = 1  # micro-batches per update (gradient accumulation)
     clip_norm: float = 0.0  # 0: no clipping
-    ortho_reg: float = 0.0  # BigGAN's orthogonal regularisation strength for G
+    ortho_reg: float = 0.0  # BigGAN's orthogonal regularisation strength for G, per update
     # ParaGAN's asynchronous update inside a synchronous strategy: the last D
     # update and the G update are computed from the same snapshot of G and D,
     # then both applied (G_{t+1} against D_t instead of D_{t+1}).
@@ -135,11 +135,18 @@ class GANStep:
             _, g_loss = self.loss_fn(logits, logits, logits)
             loss = average_over_global_batch(g_loss, self.config.global_batch_size)
             loss /= self.config.accumulation
-            total = loss
-            if self.config.ortho_reg > 0:
-                total += tf.nn.scale_regularization_loss(
-                    self.config.ortho_reg * regularizers.orthogonal(self.generator))
-        return loss, tape.gradient(total, self.generator.trainable_variables)
+        return loss, tape.gradient(loss, self.generator.trainable_variables)
+
+    def _ortho_gradients(self) -> List[tf.Tensor]:
+        """The orthogonal regulariser's gradient for G, once per update (as the reference).
+
+        Divided by the replica count: every replica adds it and the sum is all-reduced.
+        """
+        variables = self.generator.trainable_variables
+        with tf.GradientTape() as tape:
+            reg = tf.nn.scale_regularization_loss(
+                self.config.ortho_reg * regularizers.orthogonal(self.generator))
+        return tape.gradient(reg, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
 
     @staticmethod
     def _add(acc, grads):
@@ -163,6 +170,8 @@ class GANStep:
         for noise_batch in noise:
             loss, g = self._g_micro(noise_batch)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
+        if self.config.ortho_reg > 0:
+            grads = self._add(grads, self._ortho_gradients())
         return loss_sum, grads
 
     def apply_d(self, loss, grads) -> tf.Tensor:
