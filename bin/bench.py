@@ -4,12 +4,14 @@
     python bin/bench.py --suite=input --output=runs/bench/input.json
     python bin/bench.py --suite=scaling --output=runs/bench/scaling.json
     python bin/bench.py --suite=straggler --output=runs/bench/straggler.json
+    python bin/bench.py --suite=memory --output=runs/bench/memory.json
 
 Suites (see paragan_tf/bench/): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
 of the naive vs the congestion-aware pipeline under injected storage latency),
 scaling (weak scaling of synchronous multi-worker training), straggler (one
-slow worker: sync vs asynchronous parameter-server training). Each runs with
+slow worker: sync vs asynchronous parameter-server training), memory (measured
+peak of a training step at 128-1024 px beside the dry run's memory plan). Each runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 """
 
@@ -25,10 +27,12 @@ from absl import flags
 import common  # noqa: F401  (pins tf-keras, also for the children's environment)
 from paragan_tf.bench import cluster
 from paragan_tf.bench import input as input_bench
+from paragan_tf.bench import memory as memory_bench
 from paragan_tf.bench import step as step_bench
 from paragan_tf.errors import ConfigError
 
-SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite)
+SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
+              memory=memory_bench.memory_suite)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")

@@ -2,7 +2,7 @@
 
     python bin/train.py --model_dir=runs/x --gin_file=gin/mnist_default.gin \
         --gin_bindings=train.total_steps=1000
-    python bin/train.py --gin_file=gin/biggan_cifar10.gin --dry_run
+    python bin/train.py --gin_file=gin/biggan_imagenet128.gin --dry_run [--memory_gib=80]
 
 Resumes from the newest checkpoint in --model_dir. On SIGTERM/SIGINT it saves
 a checkpoint and exits with 128 + the signal number. A run the NaN guard gives up
@@ -33,7 +33,10 @@ from paragan_tf.train import loop
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
-flags.DEFINE_bool("dry_run", False, "Build everything, print one JSON line of facts, exit.")
+flags.DEFINE_bool("dry_run", False, "Build everything, print one JSON line of facts (counts, "
+                  "layout, per-replica memory plan), exit.")
+flags.DEFINE_float("memory_gib", None, "Device memory for the dry run's memory plan (the "
+                   "largest per-replica batch that fits); default: the detected device's.")
 
 
 def _main() -> int:
@@ -44,7 +47,9 @@ def _main() -> int:
         return 0
     exp = experiment.build(check_data=not FLAGS.dry_run)
     if FLAGS.dry_run:
-        print(json.dumps(experiment.summary(exp)), flush=True)
+        facts = experiment.summary(exp)
+        facts["memory"] = experiment.memory_plan(exp, FLAGS.memory_gib)
+        print(json.dumps(facts), flush=True)
         return 0
     asynchronous = isinstance(exp.strategy, tf.distribute.experimental.ParameterServerStrategy)
     try:

@@ -16,6 +16,7 @@ import tf_keras as keras
 
 from paragan_tf import layout as layout_lib
 from paragan_tf import losses
+from paragan_tf import memory as memory_lib
 from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
@@ -89,6 +90,12 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
+    if config.recompute and isinstance(strategy,
+                                       tf.distribute.experimental.ParameterServerStrategy):
+        # Rematerialisation re-reads the variables in the backward pass; on parameter
+        # servers that is a second round trip per block, and it is untested there.
+        raise ConfigError("train.recompute=True is not supported under "
+                          "strategy.kind='parameter_server'; use a synchronous strategy")
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy)
     layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)
@@ -97,8 +104,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     shape = dict(resolution=data.resolution, num_classes=source.num_classes,
                  channel_multiple=layout.channel_multiple)
     with strategy.scope():
-        generator = biggan.Generator(out_channels=source.channels, **shape)
-        discriminator = biggan.Discriminator(**shape)
+        generator = biggan.Generator(out_channels=source.channels, recompute=config.recompute,
+                                     **shape)
+        discriminator = biggan.Discriminator(recompute=config.recompute, **shape)
         generator_ema = biggan.Generator(out_channels=source.channels, name="generator_ema",
                                          **shape)
         biggan.build(generator, discriminator, source.channels)
@@ -120,6 +128,21 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
                       layout)
 
 
+def memory_plan(exp: Experiment, memory_gib: Optional[float] = None) -> dict:
+    """Per-replica memory of this run (see memory.py); the largest batch fitting
+    `memory_gib` GiB, or the detected device's memory when None."""
+    plan = memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
+                           exp.g_optimizer, exp.d_optimizer, exp.config.accumulation)
+    budget = (int(memory_gib * memory_lib.GIB) if memory_gib
+              else memory_lib.device_memory_bytes(exp.layout.hardware.accelerator))
+    report = plan.report(exp.config.batch_size // exp.strategy.num_replicas_in_sync, budget)
+    report["recompute"] = exp.config.recompute
+    report["memory_source"] = ("--memory_gib" if memory_gib else
+                               f"detected {exp.layout.hardware.accelerator}" if budget else
+                               "unknown: pass --memory_gib")
+    return report
+
+
 def summary(exp: Experiment) -> dict:
     """The facts `--dry_run` prints, including whether the data is ready to train on."""
     try:
@@ -135,7 +158,8 @@ def summary(exp: Experiment) -> dict:
         "global_batch_size": exp.config.batch_size,
         "dataset": exp.source.name,
         "num_classes": exp.source.num_classes,
-        "trained_classes": exp.classes,
+        "trained_classes": (exp.classes if len(exp.classes) < exp.source.num_classes
+                            else f"all {exp.source.num_classes}"),
         "resolution": exp.data.resolution,
         "total_steps": exp.config.total_steps,
         "layout": exp.layout.as_dict(),

@@ -1,0 +1,272 @@
+"""The memory plan of a run: what one replica holds, from the models and a traced step.
+
+At 512-1024 px the activations kept for the backward pass decide what fits,
+not the weights. The plan counts, per replica:
+
+- parameters: every variable of G and D (float32 master weights);
+- optimizer state: the optimizers' slot variables (Adam: two per weight);
+- EMA: the EMA generator's variables;
+- the step: the peak of the tensors alive during D's update (G's forward for
+  the fakes, D on real + fake, D's backward) and during G's update (G then D
+  forward, backward into G), found by tracing each update (nothing runs) and
+  replaying its graph in program order: every op allocates its outputs, and a
+  buffer is freed after its last reader (ops that only relabel a buffer, such
+  as Identity or Reshape, share their input's). That covers the activations
+  kept for the backward pass, the gradients in flight and, with recompute,
+  the insides of the block being recomputed. The network's gradients are
+  outputs, alive to the end; with accumulation their running sum is added.
+
+Tensors grow linearly with the per-replica batch: the graph is traced at a
+batch of PROBE_BATCH examples, tensors whose leading axis is that batch (or the
+real+fake concatenation, twice it) are per-example, the rest fixed, so the
+peak at any batch is the maximum over the replay of fixed + per-example x
+batch. The largest batch that fits a memory budget follows. What the replay
+does not see (the runtime's scratch buffers and reordered copies, an executor
+running independent ops at once) is the measured RUNTIME_FACTOR;
+bench/memory.py measures the real peak beside this estimate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+PROBE_BATCH = 7  # odd and prime: no kernel, channel or class axis is mistaken for it
+GIB = 1024 ** 3
+# The runtime holds more than the replayed live bytes: measured on the 2-core AMD EPYC
+# (Zen 4) CPU with TF 2.21 and oneDNN, the step's peak beyond the fixed state was
+# 1.17-1.54x the replay (mean ~1.4) at 128-512 px, batch 1-2, with and without
+# recompute (oneDNN's reordered copies of conv inputs and weights, the next
+# update's ops started while the last one finishes). `bin/bench.py --suite=memory`
+# re-measures it; GPUs and TPUs have other runtimes, so treat it as a CPU figure.
+RUNTIME_FACTOR = 1.4
+# Ops whose output is their first input's buffer (no allocation).
+_ALIASES = {"Identity", "IdentityN", "StopGradient", "Reshape", "ExpandDims", "Squeeze",
+            "Snapshot", "EnsureShape"}
+# Ops whose outputs are not activations: variable storage (counted as parameters).
+_NO_BUFFER = {"ReadVariableOp", "VarHandleOp", "Const", "NoOp", "AssignVariableOp",
+              "AssignAddVariableOp", "AssignSubVariableOp"}
+
+
+def _bytes(tensor: tf.Tensor) -> int:
+    shape = tensor.shape
+    if tensor.dtype in (tf.resource, tf.variant) or not shape.is_fully_defined():
+        return 0
+    return shape.num_elements() * tensor.dtype.size
+
+
+@dataclasses.dataclass
+class Activations:
+    """Live bytes of one update over its replay: fixed[t] + per_example[t] * batch."""
+
+    fixed: np.ndarray
+    per_example: np.ndarray
+
+    def at(self, batch: int) -> int:
+        return int(np.max(self.fixed + self.per_example * batch))
+
+
+def _replay(graph: tf.Graph, outputs: Sequence[tf.Tensor], batch_sizes) -> Activations:
+    """Live bytes after each op when the graph runs in program (creation) order."""
+    ops = graph.get_operations()
+    buffer_of: Dict[str, str] = {}  # tensor name -> name of the tensor owning its buffer
+    size: Dict[str, Tuple[int, int]] = {}  # buffer -> (fixed, per-example x PROBE_BATCH)
+    last_use: Dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for inp in op.inputs:
+            buf = buffer_of.get(inp.name, inp.name)
+            last_use[buf] = max(last_use.get(buf, -1), i)
+        for out in op.outputs:
+            if op.type in _ALIASES and op.inputs and out.dtype == op.inputs[0].dtype:
+                buffer_of[out.name] = buffer_of.get(op.inputs[0].name, op.inputs[0].name)
+            else:
+                buffer_of[out.name] = out.name
+                n = 0 if op.type in _NO_BUFFER else _bytes(out)
+                per = bool(out.shape.rank) and out.shape[0] in batch_sizes
+                size[out.name] = (0, n) if per else (n, 0)
+            buf = buffer_of[out.name]
+            last_use[buf] = max(last_use.get(buf, -1), i)
+    for out in outputs:  # returned: alive to the end
+        last_use[buffer_of.get(out.name, out.name)] = len(ops)
+    frees: Dict[int, List[str]] = {}
+    for buf, i in last_use.items():
+        frees.setdefault(i, []).append(buf)
+    live_fixed = live_per = 0
+    fixed, per_example = np.zeros(len(ops), np.int64), np.zeros(len(ops), np.float64)
+    for i, op in enumerate(ops):
+        for out in op.outputs:
+            if buffer_of[out.name] == out.name:
+                f, p = size[out.name]
+                live_fixed, live_per = live_fixed + f, live_per + p
+        fixed[i], per_example[i] = live_fixed, live_per / PROBE_BATCH
+        for buf in frees.get(i, ()):
+            f, p = size.get(buf, (0, 0))
+            live_fixed, live_per = live_fixed - f, live_per - p
+    return Activations(fixed, per_example)
+
+
+def _measure(fn, specs) -> Activations:
+    # No autograph: the models have no tensor-dependent Python control flow, and
+    # converting them triples the tracing time.
+    concrete = tf.function(fn, autograph=False).get_concrete_function(*specs)
+    return _replay(concrete.graph, concrete.graph.outputs, {PROBE_BATCH, 2 * PROBE_BATCH})
+
+
+def update_activations(generator, discriminator,
+                       recompute: bool = False) -> Dict[str, Activations]:
+    """Live bytes of D's update (D on real + fake) and G's (G then D) over their replay.
+
+    Traces each update's loss and gradients as train/step.py computes them,
+    with the models' blocks rematerialised or not.
+    """
+    b = PROBE_BATCH
+    size, channels = generator.resolution, generator.out_conv.filters
+    z_spec = tf.TensorSpec([b, generator.dim_z], tf.float32)
+    label_spec = tf.TensorSpec([b], tf.int32)
+    image_spec = tf.TensorSpec([b, size, size, channels], tf.float32)
+
+    def d_update(z, labels, images):
+        fakes = tf.stop_gradient(generator((z, labels), training=True))
+        with tf.GradientTape() as tape:
+            logits = discriminator((tf.concat([tf.cast(fakes, images.dtype), images], 0),
+                                    tf.concat([labels, labels], 0)), training=True)
+            loss = tf.reduce_mean(tf.nn.relu(1.0 - logits))
+        return loss, tape.gradient(loss, discriminator.trainable_variables)
+
+    def g_update(z, labels):
+        with tf.GradientTape() as tape:
+            loss = -tf.reduce_mean(discriminator((generator((z, labels), training=True),
+                                                  labels), training=True))
+        return loss, tape.gradient(loss, generator.trainable_variables)
+
+    saved = generator.recompute, discriminator.recompute
+    generator.recompute = discriminator.recompute = recompute
+    try:
+        return {"d_update": _measure(d_update, (z_spec, label_spec, image_spec)),
+                "g_update": _measure(g_update, (z_spec, label_spec))}
+    finally:
+        generator.recompute, discriminator.recompute = saved
+
+
+def activation_bytes(generator, discriminator, batch: int) -> dict:
+    """Peak live bytes of each update at `batch` examples per replica, and the larger."""
+    acts = update_activations(generator, discriminator, generator.recompute)
+    out = {name: a.at(batch) for name, a in acts.items()}
+    out["total"] = max(out.values())
+    return out
+
+
+def variable_bytes(variables) -> int:
+    return int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
+
+
+@dataclasses.dataclass
+class Plan:
+    """Per-replica memory of a run, in bytes."""
+
+    parameter_bytes: int
+    optimizer_bytes: int
+    ema_bytes: int
+    gradient_bytes: Dict[str, int]  # per update: the updated network's gradients
+    activations: Dict[str, Activations]  # per update, blocks kept
+    activations_recompute: Dict[str, Activations]  # per update, blocks rematerialised
+    accumulation: int = 1
+
+    @property
+    def fixed_bytes(self) -> int:
+        return self.parameter_bytes + self.optimizer_bytes + self.ema_bytes
+
+    def activation_bytes(self, update: str, batch: int, recompute: bool) -> int:
+        """Peak live bytes of one update (its gradients included)."""
+        return (self.activations_recompute if recompute else self.activations)[update].at(batch)
+
+    def step_bytes(self, batch: int, recompute: bool) -> int:
+        """Peak of one train step beyond the fixed state: the larger of D's and G's update.
+
+        With accumulation the running sum of the gradients is held too.
+        """
+        running_sum = 1 if self.accumulation > 1 else 0
+        return int(RUNTIME_FACTOR * max(
+            self.gradient_bytes[u] * running_sum + self.activation_bytes(u, batch, recompute)
+            for u in ("d_update", "g_update")))
+
+    def total_bytes(self, batch: int, recompute: bool) -> int:
+        return self.fixed_bytes + self.step_bytes(batch, recompute)
+
+    def largest_batch(self, budget_bytes: int, recompute: bool) -> int:
+        """The largest per-replica batch whose total stays within `budget_bytes` (0: none)."""
+        if self.total_bytes(1, recompute) > budget_bytes:
+            return 0
+        lo, hi = 1, 2
+        while self.total_bytes(hi, recompute) <= budget_bytes and hi < 1 << 24:
+            lo, hi = hi, hi * 2
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.total_bytes(mid, recompute) <= budget_bytes else (lo, mid)
+        return lo
+
+    def report(self, batch: int, budget_bytes: Optional[int]) -> dict:
+        """The facts `--dry_run` prints, in GiB."""
+        def gib(n):
+            return round(n / GIB, 3)
+
+        def activations(recompute):
+            return gib(self.step_bytes(batch, recompute))
+        report = {
+            "per_replica_batch": batch,
+            "parameter_gib": gib(self.parameter_bytes),
+            "optimizer_state_gib": gib(self.optimizer_bytes),
+            "ema_gib": gib(self.ema_bytes),
+            "step_gib": activations(False),  # activations and gradients in flight
+            "step_gib_recompute": activations(True),
+            "total_gib": gib(self.total_bytes(batch, False)),
+            "total_gib_recompute": gib(self.total_bytes(batch, True)),
+        }
+        if budget_bytes:
+            report["memory_gib"] = gib(budget_bytes)
+            report["largest_batch"] = self.largest_batch(budget_bytes, False)
+            report["largest_batch_recompute"] = self.largest_batch(budget_bytes, True)
+        return report
+
+
+def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer,
+         accumulation: int = 1) -> Plan:
+    """The memory plan of built models and optimizers (traces four updates; runs nothing)."""
+    return Plan(
+        parameter_bytes=variable_bytes(generator.variables + discriminator.variables),
+        optimizer_bytes=variable_bytes(g_optimizer.variables() + d_optimizer.variables()),
+        ema_bytes=variable_bytes(generator_ema.variables),
+        gradient_bytes={"d_update": variable_bytes(discriminator.trainable_variables),
+                        "g_update": variable_bytes(generator.trainable_variables)},
+        activations=update_activations(generator, discriminator, False),
+        activations_recompute=update_activations(generator, discriminator, True),
+        accumulation=accumulation)
+
+
+def device_memory_bytes(accelerator: str) -> Optional[int]:
+    """Memory of one device of this kind: RAM for CPU, nvidia-smi's total for GPU.
+
+    TensorFlow reports a GPU's current and peak use (get_memory_info), not its
+    size; TPU HBM is not reported here at all: pass --memory_gib there.
+    """
+    if accelerator == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                for line in f:
+                    if line.startswith("MemTotal:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    if accelerator == "gpu":
+        import subprocess  # pylint: disable=import-outside-toplevel
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+                                  "--format=csv,noheader,nounits"], capture_output=True,
+                                 text=True, timeout=10, check=True).stdout
+            return int(out.split()[0]) * 1024 * 1024
+        except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+            return None
+    return None
