@@ -32,7 +32,8 @@ def test_gin_file_parses_and_builds(path):
     # Layouts and policies are fragments: they go on top of an experiment.
     files = (["gin/tiny.gin", path] if path.startswith(("gin/layouts/", "gin/policies/"))
              else [path])
-    config_lib.parse(files, ["Generator.ch = 4", "Discriminator.ch = 4",
+    # D ch 8: self-attention needs 8 channels (the paper configs attend at 64 px).
+    config_lib.parse(files, ["Generator.ch = 4", "Discriminator.ch = 8",
                               "strategy.kind = 'one_device'"], finalize=False)
     exp = experiment.build(check_data=False)
     assert exp.generator.resolution == exp.data.resolution

@@ -11,15 +11,9 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
 
-# resolution -> (G params, D params) at G ch=4, D ch=8, 5 classes, 3 channels, shared
-# embedding 8, hierarchical z (4 per chunk), attention at 64 (32: the plain reference form).
-GOLDEN = {
-    32: (20515, 67009),
-    64: (129740, 306969),
-    128: (130388, 602218),
-    256: (151716, 680474),
-    512: (152224, 681714),
-}
+# Shapes at tiny widths for every resolution; the parameter counts are pinned to the
+# reference implementation's at full width in tests/test_paper_scale.py.
+RESOLUTIONS = sorted(biggan.G_ARCH)
 
 
 def _tiny(resolution: int):
@@ -35,8 +29,8 @@ def _tiny(resolution: int):
     return g, d
 
 
-@pytest.mark.parametrize("resolution", sorted(GOLDEN))
-def test_shapes_and_parameter_counts(resolution):
+@pytest.mark.parametrize("resolution", RESOLUTIONS)
+def test_shapes(resolution):
     g, d = _tiny(resolution)
     z = tf.random.normal([3, g.dim_z])
     labels = tf.constant([0, 2, 4])
@@ -46,7 +40,6 @@ def test_shapes_and_parameter_counts(resolution):
     assert float(tf.reduce_max(tf.abs(images))) <= 1.0
     logits = d((images, labels), training=True)
     assert logits.shape == (3,) and logits.dtype == tf.float32
-    assert (biggan.count_trainable(g), biggan.count_trainable(d)) == GOLDEN[resolution]
 
 
 def test_reference_cifar10_parameter_counts():
@@ -81,7 +74,9 @@ def test_spectral_norm_power_iteration_converges_and_only_trains_u():
 
 
 def test_class_conditional_bn_uses_each_class_gain():
-    bn = layers.ConditionalBatchNorm("class", num_classes=3)
+    # Zero tables (the reference initialises them like weights) so bias is 0 here.
+    bn = layers.ConditionalBatchNorm("class", num_classes=3,
+                                     numerics=layers.Numerics(embedding_init="zeros"))
     x = tf.random.normal([6, 2, 2, 4])
     labels = tf.constant([0, 1, 2, 0, 1, 2])
     bn(x, labels, training=True)
