@@ -190,10 +190,14 @@ def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, wri
     Every worker of a multi-worker run must call this: refreshing the BN
     statistics runs cross-replica (collective) ops. Only the chief writes.
     """
+    # Batches no larger than training's: at 512-1024 px a batch of 64 needs many GiB.
     sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
+                                   batch_size=min(64, exp.config.batch_size),
                                    classes=exp.classes)
     rows = [exp.classes[i] for i in sampling.default_classes(len(exp.classes))]
-    grid = sampling.class_grid(exp.generator_ema, rows, per_class=10, seed=exp.config.seed)
+    per_class = 10 if exp.data.resolution <= 256 else 2  # one forward pass for the grid
+    grid = sampling.class_grid(exp.generator_ema, rows, per_class=per_class,
+                               seed=exp.config.seed)
     path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
     if not is_chief:
         return path
