@@ -212,16 +212,13 @@ class Plan:
         """The facts `--dry_run` prints, in GiB."""
         def gib(n):
             return round(n / GIB, 3)
-
-        def activations(recompute):
-            return gib(self.step_bytes(batch, recompute))
         report = {
             "per_replica_batch": batch,
             "parameter_gib": gib(self.parameter_bytes),
             "optimizer_state_gib": gib(self.optimizer_bytes),
             "ema_gib": gib(self.ema_bytes),
-            "step_gib": activations(False),  # activations and gradients in flight
-            "step_gib_recompute": activations(True),
+            "step_gib": gib(self.step_bytes(batch, False)),  # activations, gradients
+            "step_gib_recompute": gib(self.step_bytes(batch, True)),
             "total_gib": gib(self.total_bytes(batch, False)),
             "total_gib_recompute": gib(self.total_bytes(batch, True)),
         }
