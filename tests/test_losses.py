@@ -66,4 +66,5 @@ def test_orthogonal_regularizer_is_zero_for_orthogonal_columns_only():
     holder.dense.kernel.assign(np.eye(4, 3, dtype=np.float32) * 5.0)  # norms do not matter
     assert float(regularizers.orthogonal(holder)) == pytest.approx(0.0)
     holder.dense.kernel.assign(np.ones([4, 3], np.float32))
-    assert float(regularizers.orthogonal(holder)) == pytest.approx(6 * 16.0)  # 6 entries of 4^2
+    # The reference's 0.5 * sum of squared off-diagonal Gram entries: 6 entries of 4^2.
+    assert float(regularizers.orthogonal(holder)) == pytest.approx(0.5 * 6 * 16.0)

@@ -234,7 +234,10 @@ def test_init_choices_follow_the_reference(init, check):
     assert check(g.blocks[1].conv1.kernel.numpy())
     assert check(d.blocks[1].conv1.kernel.numpy())
     # Per-class BN tables are initialised like the weights (reference: nn.Embedding).
-    assert np.abs(g.blocks[0].bn1.gain_embed.numpy()).max() > 0
+    bn = g.blocks[0].bn1
+    assert np.abs(bn.gain_embed.numpy()).max() > 0
+    # Drawn independently (one unseeded initialiser for both once gave them equal values).
+    assert not np.allclose(bn.gain_embed.numpy(), bn.bias_embed.numpy())
     assert np.all(g.blocks[0].conv1.bias.numpy() == 0)
 
 

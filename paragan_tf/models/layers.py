@@ -221,10 +221,14 @@ class ConditionalBatchNorm(keras.layers.Layer):
             self.gain = self.add_weight(name="gain", shape=(channels,), initializer="ones")
             self.bias = self.add_weight(name="bias", shape=(channels,), initializer="zeros")
         elif self.conditioning == "class":
-            table = dict(shape=(self.num_classes, channels),
-                         initializer=self.numerics.embedding_initializer())
-            self.gain_embed = self.add_weight(name="gain_embeddings", **table)
-            self.bias_embed = self.add_weight(name="bias_embeddings", **table)
+            # An initialiser instance each: an unseeded one called twice repeats its values.
+            shape = (self.num_classes, channels)
+            self.gain_embed = self.add_weight(
+                name="gain_embeddings", shape=shape,
+                initializer=self.numerics.embedding_initializer())
+            self.bias_embed = self.add_weight(
+                name="bias_embeddings", shape=shape,
+                initializer=self.numerics.embedding_initializer())
         else:
             self.gain_linear = SNDense(channels, use_bias=False, name="gain",
                                        numerics=self.numerics)
