@@ -13,6 +13,9 @@ scaling (weak scaling of synchronous multi-worker training), straggler (one
 slow worker: sync vs asynchronous parameter-server training), memory (measured
 peak of a training step at 128-1024 px beside the dry run's memory plan). Each runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
+Every JSON has a "machine" record (bench/machine.py): CPU model, cores, ISA
+flags, threads, load before and after, free memory, versions, git commit, UTC
+time, command line, accelerators and the theoretical FLOP/s peak.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from absl import flags
 import common  # noqa: F401  (pins tf-keras, also for the children's environment)
 from paragan_tf.bench import cluster
 from paragan_tf.bench import input as input_bench
+from paragan_tf.bench import machine
 from paragan_tf.bench import memory as memory_bench
 from paragan_tf.bench import step as step_bench
 from paragan_tf.errors import ConfigError
@@ -57,10 +61,17 @@ def main(argv):
     if FLAGS.suite == "step":
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
                        layouts=FLAGS.layouts, steps=FLAGS.steps, profile_dir=FLAGS.profile_dir)
+    record = machine.describe()
+    _progress(f"machine: {record['cpu_model']}, {record['physical_cores']} cores at "
+              f"{record['peak']['clock_ghz']:.2f} GHz, load {record['load_before']}")
     try:
         result = SUITES[FLAGS.suite](progress=_progress, **options)
     except ConfigError as e:
         common.fail(str(e).strip().splitlines()[0])
+    except step_bench.BeyondPeak as e:  # a number that cannot be true: no JSON
+        common.fail(str(e), code=1)
+    record["load_after"] = machine.load_average()
+    result["machine"] = record
     text = json.dumps(result, indent=1, sort_keys=True)
     if FLAGS.output:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)

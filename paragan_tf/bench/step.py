@@ -21,9 +21,12 @@ With a profile directory, two more steps per layout run under tf.profiler and
 the JSON gets each op type's share of busy time (`profile.op_time_share`): the
 evidence for where a layout's time goes. The trace opens in TensorBoard.
 
-Peaks, each the best of two probes in the same process: a 4096x4096 matmul and
-a 3x3 convolution forward+backward (input and weight gradients) at the shape of
-the model's largest convolution, in float32 and in bfloat16.
+Two kinds of peak. The theoretical one (bench/machine.py: cores x measured
+clock x FLOP/cycle of the detected ISA) is the ceiling: `mfu` is measured
+against it, and a FLOP/s above it stops the suite with an error instead of a
+JSON. The probes, each the best of a 4096x4096 matmul and a 3x3 convolution
+forward + input and weight gradients at the model's largest convolution's
+shape, show what TensorFlow reaches on this machine: `fraction_of_probe`.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import tensorflow as tf
 
 from paragan_tf import config as config_lib
 from paragan_tf import layout as layout_lib
+from paragan_tf.bench import machine
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as loop_lib
@@ -63,9 +67,41 @@ def matmul_gflops(dtype: tf.DType, n: int = 4096, repeats: int = 3) -> float:
     return 2 * n ** 3 / _median_seconds(lambda: run().numpy(), repeats) / 1e9
 
 
-def conv_gflops(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Sequence[int],
-                repeats: int = 3) -> float:
-    """Forward + input and weight gradients of one SAME, stride-1 convolution."""
+_CONV_OPS = ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+
+
+def _conv_op_flops(op: tf.Operation) -> int:
+    """2 x (forward output elements) x kh x kw x c_in: the multiply-adds of any Conv2D pass."""
+    if op.type == "Conv2D":
+        out, kernel = op.outputs[0].shape, op.inputs[1].shape
+    elif op.type == "Conv2DBackpropInput":
+        out, kernel = op.inputs[2].shape, op.inputs[1].shape
+    else:  # Conv2DBackpropFilter: the kernel's shape is its output's
+        out, kernel = op.inputs[2].shape, op.outputs[0].shape
+    return 2 * out.num_elements() * kernel[0] * kernel[1] * kernel[2]
+
+
+def executed_conv_flops(graph: tf.Graph, outputs: Sequence[tf.Tensor]) -> int:
+    """FLOPs of the convolutions `outputs` depend on: what runs (TensorFlow prunes the rest)."""
+    seen, todo, flops = set(), [t.op for t in outputs], 0
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type in _CONV_OPS:
+            flops += _conv_op_flops(op)
+        todo.extend(t.op for t in op.inputs)
+        todo.extend(op.control_inputs)
+    return flops
+
+
+def conv_probe(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Sequence[int]):
+    """(function, FLOPs it claims): forward, input and weight gradients of one SAME conv.
+
+    All three results feed the returned value; otherwise the forward pass (whose
+    value the gradients of a sum do not need) is pruned and never runs.
+    """
     x = tf.cast(tf.random.stateless_normal(input_shape, [3, 4]), dtype)
     w = tf.cast(0.01 * tf.random.stateless_normal(kernel_shape, [5, 6]), dtype)
 
@@ -76,11 +112,22 @@ def conv_gflops(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Seque
             y = tf.nn.conv2d(x, w, 1, "SAME")
             loss = tf.reduce_sum(tf.cast(y, tf.float32))
         gx, gw = tape.gradient(loss, [x, w])
-        return tf.reduce_sum(tf.cast(gx, tf.float32)) + tf.reduce_sum(tf.cast(gw, tf.float32))
+        return loss + tf.reduce_sum(tf.cast(gx, tf.float32)) + tf.reduce_sum(
+            tf.cast(gw, tf.float32))
     batch, height, width, _ = input_shape
-    forward = 2.0 * batch * height * width * kernel_shape[0] * kernel_shape[1] \
+    forward = 2 * batch * height * width * kernel_shape[0] * kernel_shape[1] \
         * kernel_shape[2] * kernel_shape[3]
-    return 3 * forward / _median_seconds(lambda: run().numpy(), repeats) / 1e9
+    return run, 3 * forward
+
+
+def conv_gflops(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Sequence[int],
+                repeats: int = 3) -> float:
+    run, flops = conv_probe(dtype, input_shape, kernel_shape)
+    graph = run.get_concrete_function().graph
+    executed = executed_conv_flops(graph, graph.outputs)
+    if executed != flops:
+        raise RuntimeError(f"conv probe claims {flops} FLOPs but its graph runs {executed}")
+    return flops / _median_seconds(lambda: run().numpy(), repeats) / 1e9
 
 
 def _profile(fn, *specs) -> Tuple[int, Tuple[list, list]]:
@@ -218,18 +265,49 @@ def step_suite(gin_file: str = "gin/biggan_cifar10.gin",
         progress(f"peak {dtype.name}: {peaks[dtype.name]}")
     peak_fp32 = max(peaks["float32"].values())
     peak_bf16 = max(peaks["bfloat16"].values())
+    theory = machine.theoretical_peak()
     base = runs.get("fp32")
     for run in runs.values():
         run["speedup_vs_fp32"] = base["sec_per_step"] / run["sec_per_step"] if base else None
-        peak = peak_bf16 if run["layout"]["precision"] == "mixed_bfloat16" else peak_fp32
-        run["mfu"] = run["achieved_gflops"] / peak
+        bf16 = run["layout"]["precision"] == "mixed_bfloat16"
+        run["fraction_of_probe"] = run["achieved_gflops"] / (peak_bf16 if bf16 else peak_fp32)
+        ceiling = theory["bf16_gflops" if bf16 else "fp32_gflops"]
+        run["theoretical_peak_gflops"] = ceiling
+        run["mfu"] = run["achieved_gflops"] / ceiling if ceiling else None
+    check_under_peak(runs, peaks, theory)
     features = layout_lib.cpu_features()
     return {
         "suite": "step", "config": gin_file, "layouts": runs,
-        "peak_fp32_gflops": peak_fp32, "peak_bf16_gflops": peak_bf16, "peak_probes": peaks,
+        "theoretical_peak": theory,
+        "probe_peak_fp32_gflops": peak_fp32, "probe_peak_bf16_gflops": peak_bf16,
+        "peak_probes": peaks,
         "mfu_fp32": base["mfu"] if base else None,
         "best_speedup_vs_fp32": (max(r["speedup_vs_fp32"] for r in runs.values())
                                  if base else None),
         "cpu_features": sorted(f for f in features if f in _BF16_FEATURES),
         "bf16_unit": layout_lib.detect().bf16_unit,
     }
+
+
+class BeyondPeak(RuntimeError):
+    """An achieved FLOP/s above what the hardware can do in theory."""
+
+
+def check_under_peak(runs: Dict[str, dict], peaks: Dict[str, dict], theory: dict) -> None:
+    """Raises when any achieved FLOP/s passes the hardware's theoretical peak.
+
+    Such a number means a wrong FLOP count, a wrong timing or a wrong peak table:
+    publishing it would be worse than publishing nothing.
+    """
+    claims = [(f"{name} step", run["achieved_gflops"], run["theoretical_peak_gflops"])
+              for name, run in runs.items()]
+    for dtype, probes in peaks.items():
+        ceiling = theory["bf16_gflops" if dtype == "bfloat16" else "fp32_gflops"]
+        claims += [(f"{dtype} {probe} probe", value, ceiling) for probe, value in probes.items()]
+    over = [f"{what} {value:.1f} GFLOP/s > theoretical {ceiling:.1f}"
+            for what, value, ceiling in claims if ceiling and value > ceiling]
+    if over:
+        raise BeyondPeak("achieved FLOP/s above the hardware's theoretical peak ("
+                           f"{theory['isa_row']}, {theory['cores']} cores at "
+                           f"{theory['clock_ghz']:.2f} GHz, {theory['clock_source']}): "
+                           + "; ".join(over))
