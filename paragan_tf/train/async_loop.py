@@ -213,8 +213,10 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     _describe(exp, start, options["max_staleness"])
 
     metrics: Dict[str, float] = {}
+    # perf/images_per_sec and the ETA: wall time between log lines, checkpoints and samples
+    # included, as in the synchronous loop; perf/step_images_per_sec leaves that host work out.
     t_begin = t_window = time.perf_counter()
-    window_start = start
+    window_start, host_seconds = start, 0.0
     try:
         with sync_loop.SignalFlag() as flag:
             rounds = start
@@ -232,25 +234,31 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 exp.step.assign(finished)
                 if at_log:
                     metrics = inflight.take_window()
-                    metrics["perf/images_per_sec"] = ((finished - window_start) *
-                                                      cfg.real_images_per_step /
-                                                      (time.perf_counter() - t_window))
+                    wall = time.perf_counter() - t_window
+                    images = (finished - window_start) * cfg.real_images_per_step
+                    metrics["perf/images_per_sec"] = images / wall
+                    metrics["perf/step_images_per_sec"] = images / max(wall - host_seconds,
+                                                                       1e-9)
                     metrics["async/repeated_g_updates"] = float(
                         int(exp.g_optimizer.iterations.numpy()) - finished)
                     with writer.as_default():
                         for key, value in metrics.items():
                             tf.summary.scalar(key, value, step=finished)
-                    logging.info("round %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  "
+                    eta = (cfg.total_steps - finished) * wall / max(finished - window_start, 1)
+                    logging.info("round %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  ETA %s  "
                                  "closures by worker process %s", finished, cfg.total_steps,
                                  metrics.get("loss/D", float("nan")),
                                  metrics.get("loss/G", float("nan")),
-                                 metrics["perf/images_per_sec"], dict(inflight.by_process))
-                    t_window, window_start = time.perf_counter(), finished
+                                 metrics["perf/images_per_sec"], sync_loop.format_eta(eta),
+                                 dict(inflight.by_process))
+                    t_window, window_start, host_seconds = time.perf_counter(), finished, 0.0
+                host_start = time.perf_counter()
                 if at_ckpt or flag.signum is not None:
                     logging.info("checkpoint: %s", ckpt.save(finished))
                 if flag.signum is None and rounds % cfg.sample_every == 0:
                     logging.info("samples: %s", sync_loop.write_samples(
                         exp, model_dir, finished, writer))
+                host_seconds += time.perf_counter() - host_start
             if flag.signum is not None:
                 writer.flush()
                 raise preemption.Interrupted(flag.signum, inflight.finished)

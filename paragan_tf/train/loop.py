@@ -177,7 +177,7 @@ def write_config(model_dir: str, writer) -> None:
                         "\n".join("    " + line for line in operative.splitlines()), step=0)
 
 
-def _format_eta(seconds: float) -> str:
+def format_eta(seconds: float) -> str:
     seconds = int(max(seconds, 0))
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
         f"{seconds // 60}m{seconds % 60:02d}s"
@@ -267,8 +267,12 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
 
     metrics = {}
     t_begin = time.perf_counter()
+    # Two rates per log line: perf/images_per_sec and the ETA from wall time between log
+    # lines (checkpoints, samples and evaluations included: what a user waits for), and
+    # perf/step_images_per_sec from the training calls alone. The first call (tracing) is in
+    # neither.
     window_steps, window_seconds, window_wait = 0, 0.0, 0.0
-    rate = None
+    wall_since, wall_step = None, step
     classes = (f"all {len(exp.classes)}" if len(exp.classes) == exp.source.num_classes
                else exp.classes)
     logging.info("training %s (classes %s) from step %d to %d on %d replica(s), global batch %d",
@@ -289,6 +293,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 window_steps, window_seconds = window_steps + n, window_seconds + elapsed
                 window_wait += float(wait)
             step = int(exp.step.numpy())
+            if wall_since is None:
+                wall_since, wall_step = time.perf_counter(), step
             consecutive = int(exp.health.consecutive.numpy())
             if consecutive >= cfg.max_consecutive_skips:
                 raise Diverged(
@@ -297,10 +303,14 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                     f"{cfg.max_consecutive_skips}); the newest checkpoint ({ckpt.latest}) holds "
                     f"the last finite weights: lower the learning rates or check the input data")
             if step % cfg.log_every == 0 or step == cfg.total_steps:
-                if window_steps:
-                    rate = window_steps / window_seconds
+                now = time.perf_counter()
+                wall_rate = ((step - wall_step) / (now - wall_since) if step > wall_step
+                             else n / elapsed)
                 metrics = dict(out)
-                metrics["perf/images_per_sec"] = (rate or n / elapsed) * cfg.real_images_per_step
+                metrics["perf/images_per_sec"] = wall_rate * cfg.real_images_per_step
+                metrics["perf/step_images_per_sec"] = (
+                    window_steps / window_seconds if window_steps else n / elapsed
+                ) * cfg.real_images_per_step
                 metrics["perf/input_wait_frac"] = (window_wait / window_seconds
                                                    if window_seconds else float(wait) / elapsed)
                 if exp.input_config.sharded:
@@ -312,13 +322,13 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 with writer.as_default():
                     for k, v in metrics.items():
                         tf.summary.scalar(k, v, step=step)
-                eta = (cfg.total_steps - step) / rate if rate else float("nan")
                 logging.info(
                     "step %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  input wait %.1f%%  ETA %s",
                     step, cfg.total_steps, metrics["loss/D"], metrics["loss/G"],
                     metrics["perf/images_per_sec"], 100 * metrics["perf/input_wait_frac"],
-                    _format_eta(eta) if rate else "?")
+                    format_eta((cfg.total_steps - step) / wall_rate))
                 window_steps, window_seconds, window_wait = 0, 0.0, 0.0
+                wall_since, wall_step = now, step
                 if tuner.observe(metrics["perf/input_wait_frac"]):
                     exp.inputs.append(real_it)  # see Experiment.inputs: never destroyed mid-run
                     real_seed += 7919  # a fresh shuffle under the new read settings
