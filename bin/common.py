@@ -6,8 +6,12 @@ import os
 import sys
 from typing import Callable, NoReturn, Optional
 
-from absl import flags
-from absl import logging
+import quiet_startup
+
+quiet_startup.install()  # before anything imports TensorFlow
+
+from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
+from absl import logging  # noqa: E402  pylint: disable=wrong-import-position
 
 import paragan_tf  # noqa: F401  (pins tf-keras before TensorFlow loads)
 from paragan_tf import config as config_lib
@@ -66,6 +70,7 @@ def exit_now(code: int) -> NoReturn:
     logging.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+    quiet_startup.drain()
     os._exit(code)  # pylint: disable=protected-access
 
 

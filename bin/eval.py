@@ -23,9 +23,9 @@ import time
 from absl import app
 from absl import flags
 from absl import logging
-import tensorflow as tf
 
-import common
+import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
+import tensorflow as tf
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 
