@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import gzip
 import os
+import re
 from typing import Callable, Dict, List, Optional, Sequence
 
 from absl import logging
@@ -57,14 +58,24 @@ def _stored_order(n: int) -> np.ndarray:
     return np.random.default_rng(0).permutation(n)
 
 
+_SLICED_SPLIT = re.compile(r"^(\w+)\[(-?\d*):(-?\d*)\]$")
+
+
 def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], num_classes: int,
                  channels: int, num_examples: int) -> Source:
+    """An in-memory source. A split may be sliced as in TFDS, `train[:4500]`, `train[4500:]`:
+    records counted in the stored order, so a slice mixes all classes."""
     def make(split: str) -> tf.data.Dataset:
-        if split not in splits:
+        sliced = _SLICED_SPLIT.match(split)
+        base = sliced.group(1) if sliced else split
+        if base not in splits:
             raise ConfigError(f"dataset.split={split!r} does not exist for {name}; "
-                              f"choose one of {sorted(splits)}")
-        images, labels = splits[split]()
+                              f"choose one of {sorted(splits)} (a slice: 'train[:4500]')")
+        images, labels = splits[base]()
         order = _stored_order(len(labels))
+        if sliced:
+            start, stop = (int(v) if v else None for v in sliced.group(2, 3))
+            order = order[start:stop]
         return tf.data.Dataset.from_tensor_slices((images[order],
                                                    labels[order].astype(np.int32)))
     return Source(name, num_classes, channels, make, num_examples, in_memory=True)
