@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -169,3 +170,29 @@ def test_1024px_config_trains_two_steps_with_recompute(tmp_path):
     grid = tf.io.decode_png(tf.io.read_file(os.path.join(model_dir, "samples",
                                                           "step_0000002.png"))).numpy()
     assert grid.shape[0] > 1024 and grid.shape[1] > 1024 and grid.std() > 0
+
+
+_NOISY_CHILD = """
+import os, sys, warnings
+sys.path.insert(0, "bin")
+import quiet_startup
+quiet_startup.install()
+os.write(2, b"I0000 00:00:1.0 1 cudart_stub.cc:31] Could not find cuda drivers on your machine\\n")
+os.write(2, b"E0000 00:00:1.0 1 cuda_platform.cc:52] failed call to cuInit: UNKNOWN ERROR\\n")
+os.write(2, b"E0000 00:00:1.0 1 some_kernel.cc:9] a real native error\\n")
+warnings.warn("a Python warning")
+raise SystemExit("the last words")
+"""
+
+
+@pytest.mark.parametrize("native_logs", ["", "1"])
+def test_start_up_noise_is_filtered_and_everything_else_passes(native_logs):
+    env = dict(os.environ, PARAGAN_TF_NATIVE_LOGS=native_logs)
+    proc = subprocess.run([sys.executable, "-c", _NOISY_CHILD], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    for kept in ("a real native error", "UserWarning: a Python warning", "the last words"):
+        assert kept in proc.stderr, proc.stderr
+    # PARAGAN_TF_NATIVE_LOGS=1 brings the noise back: the negative control of the filter.
+    assert ("cuInit" in proc.stderr) == (native_logs == "1"), proc.stderr
+    assert ("cudart_stub" in proc.stderr) == (native_logs == "1"), proc.stderr
