@@ -25,9 +25,22 @@ def test_standing_statistics_are_the_equal_average_of_batch_statistics():
     g((tf.zeros([2, 8]), tf.zeros([2], tf.int32)))
     bn = [m for m in g.submodules if isinstance(m, layers.ConditionalBatchNorm)][-1]
     bn.moving_mean.assign(tf.fill(bn.moving_mean.shape, 100.0))  # stale statistics
+    seen, moments = [], bn._batch_moments  # pylint: disable=protected-access
+
+    def recording(x):
+        mean, var = moments(x)
+        seen.append((mean.numpy(), var.numpy()))
+        return mean, var
+    bn._batch_moments = recording  # pylint: disable=protected-access
     sampling.refresh_bn_statistics(g, num_classes=3, num_batches=4, batch_size=16, seed=5)
     assert bn.momentum == pytest.approx(0.9)  # restored
-    assert float(tf.reduce_max(tf.abs(bn.moving_mean))) < 50.0  # stale values fully replaced
+    assert len(seen) == 4
+    # Each of the 4 batches weighs 1/4; an exponential average (momentum 0.9 throughout)
+    # would keep 0.9^4 of the stale 100 and weigh the last batch most.
+    np.testing.assert_allclose(bn.moving_mean.numpy(), np.mean([m for m, _ in seen], 0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bn.moving_variance.numpy(), np.mean([v for _, v in seen], 0),
+                               rtol=1e-5, atol=1e-6)
 
 
 def test_grid_layout_and_default_classes():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -76,24 +75,11 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
     return results
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def memory_suite(progress: Callable[[str], None]) -> dict:
     """Every resolution in a child process; fails loudly when an estimate misses by > 25 %."""
     result = {"precision": "float32", "widths": {str(r): ch for r, ch in WIDTHS.items()},
               "note": "narrow widths (ch) on this CPU; D steps 1; 10 classes; shared "
-                      "embedding, hierarchical z, attention at 64",
-              "machine": {"cpu": _cpu_model(), "logical_cpus": os.cpu_count(),
-                          "python": platform.python_version()},
+                      "embedding, hierarchical z, attention at 64 (the machine: bin/bench.py)",
               "tolerance": TOLERANCE, "resolutions": {}}
     for resolution, ch in WIDTHS.items():
         progress(f"memory: {resolution} px at ch={ch}")
@@ -105,8 +91,6 @@ def memory_suite(progress: Callable[[str], None]) -> dict:
         if child.returncode or not lines:
             raise RuntimeError(f"memory suite: {resolution} px failed:\n{child.stderr[-2000:]}")
         result["resolutions"][str(resolution)] = json.loads(lines[-1][len("RESULT "):])
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    result["machine"]["tensorflow"] = tf.__version__
     misses = [f"{r}/{b}{s}: {row['estimate_over_peak' + s]}"
               for r, rows in result["resolutions"].items() for b, row in rows.items()
               for s in ("", "_recompute") if abs(row["estimate_over_peak" + s] - 1) > TOLERANCE]
