@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -75,6 +76,35 @@ def test_image_folder_reads_class_subfolders_and_resizes(tmp_path):
         source, _config(name="image_folder", data_dir=str(tmp_path)), 6, seed=0))
     assert images.shape == (6, 32, 32, 3)
     assert sorted(labels.numpy().tolist()) == [0, 0, 0, 1, 1, 1]
+
+
+def _decodes_per_shard(source):
+    """(examples in shard 1 of 4, decodes it took, the same examples from make())."""
+    decodes = []
+
+    def counting(encoded, label):
+        tf.py_function(lambda: decodes.append(1) or 0, [], tf.int32)
+        return source.decode(encoded, label)
+    shard = list(dataclasses.replace(source, decode=counting).shard("train", 4, 1))
+    expected = list(source.make("train").shard(4, 1))
+    for (a, la), (b, lb) in zip(shard, expected):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        assert int(la) == int(lb)
+    return len(shard), len(decodes), len(expected)
+
+
+def test_a_shard_of_encoded_files_decodes_its_own_files_only(tmp_path):
+    # tf.data's shard pulls every record it skips: sharding the decoded stream
+    # would decode all 12 files to read 3 (a sharded read of 16 shards: 16x the work).
+    for i in range(12):
+        os.makedirs(tmp_path / "images" / str(i % 2), exist_ok=True)
+        tf.io.write_file(str(tmp_path / "images" / str(i % 2) / f"{i}.png"),
+                         tf.io.encode_png(np.full((8, 8, 3), 20 * i, np.uint8)))
+    folder = datasets.get_source("image_folder", data_dir=str(tmp_path / "images"))
+    assert _decodes_per_shard(folder) == (3, 3, 3)
+    TinyDigits(data_dir=str(tmp_path / "tfds")).download_and_prepare()
+    tfds_source = datasets.get_source("tfds:tiny_digits", data_dir=str(tmp_path / "tfds"))
+    assert _decodes_per_shard(tfds_source) == (3, 3, 3)
 
 
 def test_image_folder_missing_or_empty_is_a_config_error(tmp_path):

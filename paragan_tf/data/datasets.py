@@ -46,6 +46,21 @@ class Source:
     # Raises ConfigError when the data is not there; kept apart from the spec so a
     # dry run can describe a model whose data lives on another machine.
     check: Callable[[], None] = lambda: None
+    # Sources of encoded files: the undecoded records of a split and their decoder
+    # (make(split) is records(split) mapped through decode).
+    records: Optional[Callable[[str], tf.data.Dataset]] = None
+    decode: Optional[Callable[[tf.Tensor, tf.Tensor], tuple]] = None
+
+    def shard(self, split: str, num_shards: int, index) -> tf.data.Dataset:
+        """The examples of one of `num_shards` shards of `split` (a "file" of a sharded read).
+
+        Encoded sources shard their records before decoding: tf.data's shard pulls,
+        and so would decode, every record it skips (num_shards times the work).
+        """
+        if self.records is None:
+            return self.make(split).shard(num_shards, index)
+        return self.records(split).shard(num_shards, index).map(
+            self.decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def _stored_order(n: int) -> np.ndarray:
@@ -149,15 +164,21 @@ def _tfds(tfds_name: str, data_dir: Optional[str] = None, download: bool = False
                           f"has {sorted(features.keys())}")
     channels = features["image"].shape[-1] or 3
 
-    def make(split: str) -> tf.data.Dataset:
+    def records(split: str) -> tf.data.Dataset:
         if split not in builder.info.splits:
             raise ConfigError(f"dataset.split={split!r} does not exist for tfds:{tfds_name}; "
                               f"choose one of {sorted(builder.info.splits)}")
-        ds = builder.as_dataset(split=split, shuffle_files=True)
-        return ds.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)),
-                      num_parallel_calls=tf.data.AUTOTUNE)
+        ds = builder.as_dataset(split=split, shuffle_files=True,
+                                decoders={"image": tfds.decode.SkipDecoding()})
+        return ds.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
+
+    def decode(encoded, label):
+        return features["image"].decode_example(encoded), label
+
+    def make(split: str) -> tf.data.Dataset:
+        return records(split).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return Source(f"tfds:{tfds_name}", features["label"].num_classes, channels, make,
-                  check=check)
+                  check=check, records=records, decode=decode)
 
 
 def _image_folder(data_dir: Optional[str] = None, channels: int = 3,
@@ -201,15 +222,18 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 3,
                 raise ConfigError(f"every image file in dataset.data_dir={data_dir!r} is "
                                   f"corrupt")
 
-    def make(split: str) -> tf.data.Dataset:
+    def records(split: str) -> tf.data.Dataset:
         if split != "train":
             raise ConfigError(f"dataset.split={split!r}: an image folder has only 'train'")
         order = _stored_order(len(files))
         order = order[usable[order]]
-        ds = tf.data.Dataset.from_tensor_slices((np.array(files)[order],
-                                                 np.array(labels, np.int32)[order]))
-        return ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-    return Source("image_folder", len(classes), channels, make, len(files), check=check)
+        return tf.data.Dataset.from_tensor_slices((np.array(files)[order],
+                                                   np.array(labels, np.int32)[order]))
+
+    def make(split: str) -> tf.data.Dataset:
+        return records(split).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return Source("image_folder", len(classes), channels, make, len(files), check=check,
+                  records=records, decode=decode)
 
 
 def find_corrupt(files: Sequence[str], channels: int) -> List[str]:
