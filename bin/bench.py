@@ -8,7 +8,8 @@
 
 Suites (see paragan_tf/bench/): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
-of the naive vs the congestion-aware pipeline under injected storage latency),
+of the sequential, the tf.data-AUTOTUNE and the congestion-aware pipeline over
+a latency-bound and a decode-bound congested store),
 scaling (weak scaling of synchronous multi-worker training), straggler (one
 slow worker: sync vs asynchronous parameter-server training), memory (measured
 peak of a training step at 128-1024 px beside the dry run's memory plan). Each runs with

@@ -1,28 +1,47 @@
-"""The input benchmark: a fixed compute step fed through a congested store, naive vs aware.
+"""The input benchmark: a fixed compute step fed through a congested store, three pipelines.
 
-The data are the real mnist5k digits at 32x32, read through the training
-pipeline (data/pipeline.py) with latency and jitter injected per record
-(data/congestion.py). The "step" is fixed work independent of the data's
-values (a chain of matmuls, ~`compute_ms` here, measured and reported), so
-the stall fraction depends only on the pipeline:
+The "step" is fixed work independent of the data's values (a chain of
+matmuls, ~`compute_ms` here, measured and reported), so the stall fraction
+depends only on the pipeline:
 
   stall_frac = time blocked in next(iterator) / (blocked + computing)
 
-naive   shards read one after another, sequential decode, no prefetch.
-aware   parallel interleave over shards, AUTOTUNE decode, prefetch; the
-        InputTuner of the trainer doubles read parallelism and prefetch after
-        every window whose stall exceeds its target, rebuilding the iterator,
-        exactly as bin/train.py does at log boundaries.
+Two congestion models, each read by three pipelines:
 
-Each mode reports the stall of its last window (the steady state) and the
+latency  an object store: the mnist5k digits (32x32, padded), every record
+         read sleeps 10 ms + U(0, 5) ms. Waiting costs no CPU: parallel
+         reads are free, and only their number decides the stall.
+decode   a network file system of JPEG files: the mnist5k digits upscaled to
+         256x256 RGB and written as JPEG files once (a temporary image
+         folder); every record read sleeps 2 ms + U(0, 2) ms, then the file
+         is read, decoded and area-resized to 32x32 on the same two cores
+         the step computes on. Reads cost CPU: more parallelism stops paying
+         once the cores are busy.
+
+sequential  shards read one after another, sequential decode, no prefetch
+            (input_pipeline.mode='naive');
+autotune    the pipeline a competent user writes from the tf.data performance
+            guide: interleave and map with num_parallel_calls=AUTOTUNE (the
+            interleave's cycle length tf.data's default, one per CPU),
+            prefetch AUTOTUNE, nothing of ours (mode='autotune');
+aware       ours: parallel interleave of `read_parallelism` shards, AUTOTUNE
+            decode, prefetch, and the InputTuner of the trainer doubling read
+            parallelism and prefetch after every window whose stall exceeds
+            its target, rebuilding the iterator, exactly as bin/train.py does
+            at log boundaries (mode='aware').
+
+Each pipeline reports the stall of its last window (the steady state; the
+sequential one never changes, so it gets one window after start-up) and the
 per-window trace; the aware trace shows the tuner's settings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 import time
-from typing import Callable, List
+from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
@@ -74,8 +93,9 @@ def _windows(make_iterator, compute, tuner, windows: int, window_steps: int,
         stall = wait / (wait + busy)
         entry = dict(window=w, stall_frac=stall, compute_ms=1000 * busy / window_steps,
                      wait_ms=1000 * wait / window_steps)
-        settings = "sequential reads, no prefetch"
-        if tuner.config.mode == "aware":
+        settings = {"naive": "sequential reads, no prefetch",
+                    "autotune": "tf.data AUTOTUNE"}.get(tuner.config.mode)
+        if tuner.config.tuned:
             entry.update(dataclasses.asdict(tuner.tuning))
             settings = (f"read parallelism {tuner.tuning.read_parallelism}, "
                         f"prefetch {tuner.tuning.prefetch}")
@@ -88,19 +108,32 @@ def _windows(make_iterator, compute, tuner, windows: int, window_steps: int,
     return trace
 
 
-def input_suite(latency_ms: float = 10.0, jitter_ms: float = 5.0, per: str = "record",
-                batch: int = 64, compute_ms: float = 100.0, windows: int = 5,
-                window_steps: int = 10, progress=print) -> dict:
-    """Stall fraction of the naive and the congestion-aware pipeline under injected latency."""
-    source = datasets.get_source("mnist5k")
-    data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "pad", False, 10_000, False)
-    congestion = congestion_lib.Congestion(latency_ms, jitter_ms, per)
-    compute = _compute_step(compute_ms)
-    result = {"suite": "input", "dataset": "mnist5k", "batch": batch,
-              "injected": dataclasses.asdict(congestion),
-              "mean_read_ms_per_batch": batch * (latency_ms + jitter_ms / 2)
-              if per == "record" else None}
-    for mode in ("naive", "aware"):
+# pipeline name in the JSON -> input_pipeline.mode
+PIPELINES = {"sequential": "naive", "autotune": "autotune", "aware": "aware"}
+
+
+def _jpeg_folder(source: datasets.Source, root: str, size: int, progress) -> None:
+    """Writes the source's examples as size x size RGB JPEG files, root/<label>/<n>.jpg."""
+    progress(f"decode model: writing {source.num_examples} {size}x{size} JPEG files to {root}")
+
+    @tf.function
+    def encode(image):
+        image = tf.image.resize(tf.cast(image, tf.float32), [size, size], method="bilinear")
+        image = tf.image.grayscale_to_rgb(image) if image.shape[-1] == 1 else image
+        return tf.io.encode_jpeg(tf.cast(tf.clip_by_value(image, 0, 255), tf.uint8),
+                                 quality=90)
+    for n, (image, label) in enumerate(source.make("train")):
+        folder = os.path.join(root, str(int(label)))
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{n:05d}.jpg"), "wb") as f:
+            f.write(encode(image).numpy())
+
+
+def _compare(source: datasets.Source, data: pipeline.DatasetConfig,
+             congestion: congestion_lib.Congestion, compute, batch: int, windows: int,
+             window_steps: int, progress, label: str) -> dict:
+    result = {"injected": dataclasses.asdict(congestion)}
+    for name, mode in PIPELINES.items():
         inputs = dataclasses.replace(tuning.InputConfig(), mode=mode, congestion=congestion)
         tuner = tuning.InputTuner(inputs)
 
@@ -108,9 +141,41 @@ def input_suite(latency_ms: float = 10.0, jitter_ms: float = 5.0, per: str = "re
             fn = pipeline.real_input_fn(source, data, batch, seed=generation, inputs=inputs,
                                         tuning=tuner.tuning)
             return iter(fn(tf.distribute.InputContext()))
-        # The naive pipeline never changes: one window after start-up is its steady state.
-        trace = _windows(make_iterator, compute, tuner, windows if mode == "aware" else 2,
-                         window_steps, progress, mode)
-        result[f"{mode}_stall_frac"] = trace[-1]["stall_frac"]
-        result[f"{mode}_trace"] = trace
+        trace = _windows(make_iterator, compute, tuner, 2 if name == "sequential" else windows,
+                         window_steps, progress, f"{label} {name}")
+        result[f"{name}_stall_frac"] = trace[-1]["stall_frac"]
+        result[f"{name}_trace"] = trace
+    return result
+
+
+def input_suite(latency_ms: float = 10.0, jitter_ms: float = 5.0, batch: int = 64,
+                compute_ms: float = 100.0, windows: int = 5, window_steps: int = 10,
+                models: Sequence[str] = ("latency", "decode"), decode_size: int = 256,
+                decode_latency_ms: float = 2.0, decode_jitter_ms: float = 2.0,
+                progress=print) -> dict:
+    """Stall fraction of the sequential, AUTOTUNE and congestion-aware pipelines, per model."""
+    mnist = datasets.get_source("mnist5k")
+    compute = _compute_step(compute_ms)
+    result = {"suite": "input", "dataset": "mnist5k", "batch": batch,
+              "pipelines": {name: f"input_pipeline.mode={mode!r}"
+                            for name, mode in PIPELINES.items()}}
+    if "latency" in models:
+        data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "pad", False, 10_000, False)
+        result["latency"] = _compare(
+            mnist, data, congestion_lib.Congestion(latency_ms, jitter_ms, "record"), compute,
+            batch, windows, window_steps, progress, "latency")
+        result["latency"]["store"] = "mnist5k in memory, a sleep per record (costs no CPU)"
+    if "decode" in models:
+        with tempfile.TemporaryDirectory(prefix="paragan_jpeg_") as root:
+            _jpeg_folder(mnist, root, decode_size, progress)
+            files = datasets.get_source("image_folder", data_dir=root, channels=3)
+            data = pipeline.DatasetConfig("image_folder", root, "train", 32, "resize", False,
+                                          10_000, False)
+            result["decode"] = _compare(
+                files, data,
+                congestion_lib.Congestion(decode_latency_ms, decode_jitter_ms, "record"),
+                compute, batch, windows, window_steps, progress, "decode")
+        result["decode"]["store"] = (f"mnist5k as {decode_size}x{decode_size} RGB JPEG files, "
+                                     f"a sleep per record, then read + decode + area resize "
+                                     f"to 32x32 on the CPU")
     return result

@@ -9,9 +9,10 @@ Real images are read one of two ways (the settings: data/tuning.py):
            shuffled, repeated;
   sharded  a slow store (data/congestion.py injects the latency): every epoch
            reads the source as shards ("files") in a shuffled order, one after
-           another (naive) or by a parallel interleave whose width and prefetch
+           another (naive), by a parallel interleave whose width and prefetch
            depth the tuner raises while the trainer measures input stalls
-           (aware), with AUTOTUNE decode; optionally through tf.data service
+           (aware), or with tf.data's AUTOTUNE alone (autotune, a baseline),
+           decode AUTOTUNE in the last two; optionally through tf.data service
            workers (data/service.py).
 
 Noise comes from the pipeline too, as a pure function of (seed, pipeline id,
@@ -145,7 +146,6 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
                      tuning: Tuning, ctx: tf.distribute.InputContext,
                      seed: Optional[int]) -> tf.data.Dataset:
     """Raw examples, read shard by shard through the (possibly congested) store, forever."""
-    base = source.make(split)
     shards = tf.data.Dataset.range(inputs.num_shards)
     split_records = ctx.num_input_pipelines > 1 and inputs.num_shards < ctx.num_input_pipelines
     if ctx.num_input_pipelines > 1 and not split_records:
@@ -153,12 +153,14 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
     shards = shards.shuffle(inputs.num_shards, seed=seed, reshuffle_each_iteration=True).repeat()
 
     def read(shard):
-        records = base.shard(inputs.num_shards, shard)
+        records = source.shard(split, inputs.num_shards, shard)
         if split_records:  # fewer shards than pipelines: split each shard's records
             records = records.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
         return congestion_lib.delay(records, shard, inputs.congestion)
     if inputs.mode == "naive":
         return shards.flat_map(read)
+    if inputs.mode == "autotune":
+        return shards.interleave(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
     return shards.interleave(read, cycle_length=tuning.read_parallelism,
                              num_parallel_calls=tuning.read_parallelism, deterministic=False)
 
@@ -235,9 +237,15 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
         if service:
             ds = service.distribute(ds, job_name=f"real_{seed}_{ctx.input_pipeline_id}")
         if naive:
-            return ds
-        return ds.prefetch(tuning.prefetch if inputs.sharded else tf.data.AUTOTUNE)
+            return ds.with_options(_NO_PREFETCH)
+        return ds.prefetch(tuning.prefetch if inputs.tuned else tf.data.AUTOTUNE)
     return input_fn
+
+
+# The naive baseline reads nothing ahead: tf.data would otherwise add a prefetch of its
+# own at the end (inject_prefetch), which banks batches while the trainer traces its step.
+_NO_PREFETCH = tf.data.Options()
+_NO_PREFETCH.experimental_optimization.inject_prefetch = False
 
 
 def _replicas_per_pipeline(ctx: tf.distribute.InputContext) -> int:

@@ -36,7 +36,12 @@ class InputConfig:
     @property
     def sharded(self) -> bool:
         """Read shard by shard every epoch (else: read once, cache in memory)."""
-        return self.mode == "naive" or self.congestion.active
+        return self.mode != "aware" or self.congestion.active
+
+    @property
+    def tuned(self) -> bool:
+        """Read parallelism and prefetch are ours to set (and the tuner's to raise)."""
+        return self.mode == "aware" and self.sharded
 
 
 @gin.configurable("input_pipeline")
@@ -48,8 +53,12 @@ def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: in
     Args:
       mode: "aware": shards read by a parallel interleave, decode/resize with
         AUTOTUNE parallelism, prefetch, and (adaptive) both raised while the
-        measured input stall exceeds target_stall; "naive": shards read one
-        after another, sequential map, no prefetch (the baseline).
+        measured input stall exceeds target_stall; "autotune": tf.data's own
+        tuning as the tf.data performance guide writes it (interleave and map
+        with num_parallel_calls=AUTOTUNE, the interleave's cycle length
+        tf.data's default, one per CPU; prefetch AUTOTUNE) and no tuner of
+        ours; "naive": shards read one after another, sequential map, no
+        prefetch. The last two are baselines (bin/bench.py --suite=input).
       num_shards: the source is read as this many shards ("files").
       read_parallelism: shards read at once in aware mode; 0: start at
         max(4, CPU count) (reads wait on storage, not on cores).
@@ -67,8 +76,9 @@ def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: in
     once and cached: nothing to tune there. Injected congestion
     (`congestion.*`) models a store too large to cache: every epoch re-reads.
     """
-    if mode not in ("aware", "naive"):
-        raise ConfigError(f"input_pipeline.mode={mode!r} must be 'aware' or 'naive'")
+    if mode not in ("aware", "autotune", "naive"):
+        raise ConfigError(f"input_pipeline.mode={mode!r} must be 'aware', 'autotune' or "
+                          f"'naive'")
     if (num_shards < 1 or read_parallelism < 0 or prefetch < 0 or max_read_parallelism < 1
             or service_workers < 0):
         raise ConfigError("input_pipeline: num_shards and max_read_parallelism must be >= 1, "
@@ -96,7 +106,7 @@ class InputTuner:
     def observe(self, stall_frac: float) -> bool:
         """Feeds one window's input wait fraction; True when the tuning changed."""
         cfg, old = self.config, self.tuning
-        if not (cfg.adaptive and cfg.mode == "aware" and cfg.sharded):
+        if not (cfg.adaptive and cfg.tuned):
             return False
         if stall_frac <= cfg.target_stall or old.read_parallelism >= cfg.max_read_parallelism:
             return False

@@ -194,7 +194,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         raise ConfigError("eval.every_steps is not available under "
                           "strategy.kind='parameter_server' (the coordinator has no replicas "
                           "to generate on); evaluate beside it with bin/eval.py --watch")
-    if exp.input_config.sharded and exp.input_config.adaptive:
+    if exp.input_config.tuned and exp.input_config.adaptive:
         logging.info("input tuning is not adaptive under parameter_server: workers read "
                      "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)

@@ -313,7 +313,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 ) * cfg.real_images_per_step
                 metrics["perf/input_wait_frac"] = (window_wait / window_seconds
                                                    if window_seconds else float(wait) / elapsed)
-                if exp.input_config.sharded:
+                if exp.input_config.tuned:
                     metrics["perf/read_parallelism"] = tuner.tuning.read_parallelism
                     metrics["perf/prefetch_depth"] = tuner.tuning.prefetch
                 metrics["health/skipped_steps"] = float(exp.health.skipped.numpy())
