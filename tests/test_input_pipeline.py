@@ -113,7 +113,8 @@ def test_input_benchmark_tuner_beats_tf_data_autotune_on_a_latency_bound_store()
     assert latency["sequential_stall_frac"] > 0.5
     assert latency["autotune_stall_frac"] > 0.3
     assert latency["aware_stall_frac"] < 0.5 * latency["autotune_stall_frac"], latency
-    assert latency["aware_trace"][-1]["read_parallelism"] > cpus
+    # The tuner, not its starting point, did it: it raised the reads past max(4, CPUs).
+    assert latency["aware_trace"][-1]["read_parallelism"] > max(4, cpus)
     json.dumps(result)  # what bin/bench.py writes
 
 
