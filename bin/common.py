@@ -64,7 +64,7 @@ def exit_now(code: int) -> NoReturn:
     """Flushes our output, then exits without running TensorFlow's destructors.
 
     Called once the checkpoint and summaries are written. Tearing down tf.data
-    iterators can block (58 s once after an 11-minute default run here, see
+    iterators can block (58 s once after a full default run here, see
     train/loop.py); a preempted job has a short grace period, so we do not wait.
     """
     logging.flush()

@@ -58,7 +58,7 @@ class Experiment:
     layout: layout_lib.Layout
     # The trainers park their input iterators here when they finish, so the iterators
     # live as long as the run. Destroying one can block: after the final checkpoint of
-    # 11-minute default runs it waited 58 s and 56 s on a tf.data thread; the binaries
+    # full default runs (make train) it waited 58 s and 56 s on a tf.data thread; the binaries
     # exit without destructors (bin/common.exit_now) while the Experiment is alive.
     inputs: list = dataclasses.field(default_factory=list)
 
