@@ -51,16 +51,18 @@ class Source:
     records: Optional[Callable[[str], tf.data.Dataset]] = None
     decode: Optional[Callable[[tf.Tensor, tf.Tensor], tuple]] = None
 
-    def shard(self, split: str, num_shards: int, index) -> tf.data.Dataset:
+    def shard(self, split: str, num_shards: int, index,
+              parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
         """The examples of one of `num_shards` shards of `split` (a "file" of a sharded read).
 
-        Encoded sources shard their records before decoding: tf.data's shard pulls,
-        and so would decode, every record it skips (num_shards times the work).
+        Encoded sources shard their records before decoding (with `parallel`
+        calls; None: one at a time): tf.data's shard pulls, and so would decode,
+        every record it skips (num_shards times the work).
         """
         if self.records is None:
             return self.make(split).shard(num_shards, index)
         return self.records(split).shard(num_shards, index).map(
-            self.decode, num_parallel_calls=tf.data.AUTOTUNE)
+            self.decode, num_parallel_calls=parallel)
 
 
 def _stored_order(n: int) -> np.ndarray:

@@ -153,7 +153,8 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
     shards = shards.shuffle(inputs.num_shards, seed=seed, reshuffle_each_iteration=True).repeat()
 
     def read(shard):
-        records = source.shard(split, inputs.num_shards, shard)
+        records = source.shard(split, inputs.num_shards, shard,
+                               parallel=None if inputs.mode == "naive" else tf.data.AUTOTUNE)
         if split_records:  # fewer shards than pipelines: split each shard's records
             records = records.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
         return congestion_lib.delay(records, shard, inputs.congestion)
