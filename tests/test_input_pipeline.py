@@ -102,8 +102,9 @@ def test_input_wait_fraction_separates_a_slow_store_from_cached_data(tiny_gin, t
 
 
 def test_input_benchmark_tuner_beats_tf_data_autotune_on_a_latency_bound_store():
-    # tf.data's AUTOTUNE reads as many shards at once as the machine has CPUs; reads that
-    # wait rather than compute need more. Each record waits 3.75 ms per CPU (+ up to 2 ms):
+    # tf.data's AUTOTUNE reads at most as many shards at once as the machine has CPUs (its
+    # default cycle length; fewer in practice here); reads that wait rather than compute
+    # need more. Each record waits 3.75 ms per CPU (+ up to 2 ms):
     # with one read per CPU a batch of 16 takes >= 3x the 20 ms step, whatever the CPU count.
     cpus = os.cpu_count() or 1
     result = input_bench.input_suite(latency_ms=3.75 * cpus, jitter_ms=2.0, batch=16,
