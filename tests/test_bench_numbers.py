@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import platform
+import sys
+
 import pytest
 import tensorflow as tf
 
@@ -54,11 +57,18 @@ def test_flop_per_cycle_rows_follow_the_isa(monkeypatch):
     assert peak("ARM", "", {"neon"})["fp32_gflops"] is None
 
 
-def test_the_measured_clock_is_a_real_clock():
+def test_the_clock_is_measured_on_x86_linux_and_said_to_be_assumed_elsewhere(monkeypatch):
     ghz = machine.measure_clock_ghz()
-    if ghz is None:
-        pytest.skip("the clock is measured on x86-64 Linux only; elsewhere it is assumed")
-    assert 0.8 < ghz < 6.5
+    if platform.machine() in ("x86_64", "AMD64") and sys.platform.startswith("linux"):
+        assert ghz is not None and 0.8 < ghz < 6.5
+        assert machine.theoretical_peak(clock_ghz=ghz)["clock_source"].startswith("measured")
+    else:
+        assert ghz is None
+    # Where no clock can be measured, the peak rests on cpuinfo's figure and says so.
+    monkeypatch.setattr(machine, "measure_clock_ghz", lambda: None)
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: {"cpu MHz": "2596.0"})
+    peak = machine.theoretical_peak()
+    assert peak["clock_source"].startswith("assumed") and peak["clock_ghz"] == 2.596
 
 
 def test_a_number_above_the_theoretical_peak_stops_the_suite():
