@@ -25,7 +25,7 @@ import platform
 import subprocess
 import sys
 import time
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import tensorflow as tf
 
@@ -57,34 +57,30 @@ _CLOCK_CODE = (b"\x48\x31\xc0" + b"\x48\x83\xc0\x01" * _ADDS + b"\x48\xff\xcf"
                + b"\xc3")
 
 
-def _cpuinfo() -> Dict[str, str]:
-    """The first processor's /proc/cpuinfo fields (empty off Linux)."""
-    fields = {}
+def _cpuinfo_blocks() -> List[Dict[str, str]]:
+    """/proc/cpuinfo as one field dictionary per logical CPU (empty off Linux)."""
+    blocks = [{}]
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if not line.strip():
-                    break
-                key, _, value = line.partition(":")
-                fields[key.strip()] = value.strip()
+                key, colon, value = line.partition(":")
+                if colon:
+                    blocks[-1][key.strip()] = value.strip()
+                elif blocks[-1]:  # a blank line ends a CPU's block
+                    blocks.append({})
     except OSError:
-        pass
-    return fields
+        return []
+    return [block for block in blocks if block]
+
+
+def _cpuinfo() -> Dict[str, str]:
+    """The first logical CPU's /proc/cpuinfo fields."""
+    return next(iter(_cpuinfo_blocks()), {})
 
 
 def physical_cores() -> int:
     """Distinct (physical id, core id) pairs; logical CPUs when the kernel does not say."""
-    cores, current = set(), {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                current[key.strip()] = value.strip()
-                if not line.strip():
-                    cores.add((current.get("physical id"), current.get("core id")))
-                    current = {}
-    except OSError:
-        return os.cpu_count() or 1
+    cores = {(b.get("physical id"), b.get("core id")) for b in _cpuinfo_blocks()}
     cores.discard((None, None))
     return len(cores) or os.cpu_count() or 1
 
@@ -137,13 +133,12 @@ def theoretical_peak(clock_ghz: Optional[float] = None) -> dict:
 
 
 def _git_commit() -> Optional[str]:
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             cwd=os.path.dirname(os.path.abspath(__file__)), check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True,
-                               cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        return out.stdout.strip() + ("+uncommitted changes" if dirty else "")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+        return git("rev-parse", "HEAD") + ("+uncommitted changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return None
 

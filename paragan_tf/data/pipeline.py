@@ -166,6 +166,12 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
                              num_parallel_calls=tuning.read_parallelism, deterministic=False)
 
 
+# The naive baseline reads nothing ahead: tf.data would otherwise add a prefetch of its
+# own at the end (inject_prefetch), which banks batches while the trainer traces its step.
+_NO_PREFETCH = tf.data.Options()
+_NO_PREFETCH.experimental_optimization.inject_prefetch = False
+
+
 def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_size: int,
                   seed: int, per_process_offset: bool = False,
                   classes: Optional[Sequence[int]] = None,
@@ -241,12 +247,6 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             return ds.with_options(_NO_PREFETCH)
         return ds.prefetch(tuning.prefetch if inputs.tuned else tf.data.AUTOTUNE)
     return input_fn
-
-
-# The naive baseline reads nothing ahead: tf.data would otherwise add a prefetch of its
-# own at the end (inject_prefetch), which banks batches while the trainer traces its step.
-_NO_PREFETCH = tf.data.Options()
-_NO_PREFETCH.experimental_optimization.inject_prefetch = False
 
 
 def _replicas_per_pipeline(ctx: tf.distribute.InputContext) -> int:
