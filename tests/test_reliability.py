@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 
 import gin
 import numpy as np
@@ -147,33 +148,39 @@ def test_an_unreadable_newest_checkpoint_falls_back_to_the_one_before(tiny_gin, 
         np.testing.assert_array_equal(value, at_one[name], err_msg=name)
 
 
-def _train(tiny_gin, model_dir, total_steps, *extra):
+def _train(tiny_gin, model_dir, total_steps, *extra, built=False):
+    """Trains (or resumes) to total_steps; the weights, and the experiment if `built`."""
     gin.clear_config()
     tiny_gin(f"train.total_steps = {total_steps}", "dataset.random_flip = True",
              "train.checkpoint_every = 100", "train.sample_every = 100", *extra)
     exp = experiment.build(_one_device())
     loop.train(exp, str(model_dir))
-    return _weights(exp)
+    return (_weights(exp), exp) if built else _weights(exp)
 
 
 @pytest.mark.slow
 def test_same_seed_is_bitwise_deterministic_and_resume_equals_an_uninterrupted_run(
         tiny_gin, tmp_path):
     """One CPU device: identical weights, bit for bit (tolerance 0). Resuming restores
-    every variable exactly and replays both input streams to the checkpoint's
-    position, and the CPU kernels of this model are deterministic here without
-    enable_op_determinism, so nothing may differ. Two separately built runs of the
-    same seed (a, c) agreeing is the determinism check; c stopping at 3 and resuming
-    is the resume check. With `resume_input='reshuffle'` the resumed run sees other
-    data and must differ: the comparison can fail."""
+    every variable exactly (optimizer step counts included) and replays both input
+    streams to the checkpoint's position, and the CPU kernels of this model are
+    deterministic here without enable_op_determinism, so nothing may differ. Two
+    separately built runs of the same seed (a, c) agreeing is the determinism check; c
+    stopping at 3 and resuming is the resume check. A copy of c's step-3 checkpoint
+    resumed with `resume_input='reshuffle'` sees other data and must differ: the
+    comparison can fail."""
     straight = _train(tiny_gin, tmp_path / "a", 6)
     _train(tiny_gin, tmp_path / "c", 3)
-    resumed = _train(tiny_gin, tmp_path / "c", 6)
-    _train(tiny_gin, tmp_path / "d", 3)
+    shutil.copytree(tmp_path / "c", tmp_path / "d")
+    resumed, exp = _train(tiny_gin, tmp_path / "c", 6, built=True)
     reshuffled = _train(tiny_gin, tmp_path / "d", 6, "train.resume_input = 'reshuffle'")
     for name in straight:
         np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
     assert any(not np.array_equal(reshuffled[n], straight[n]) for n in straight)
+    # 3 restored + 3 new updates (tiny.gin: 2 D steps per G step), saved as ckpt-6.
+    assert int(exp.g_optimizer.iterations.numpy()) == 6
+    assert int(exp.d_optimizer.iterations.numpy()) == 12
+    assert tf.train.latest_checkpoint(str(tmp_path / "c")).endswith("ckpt-6")
 
 
 def _image_folder(root, corrupt=()):

@@ -1,4 +1,5 @@
-"""Training steps, multi-replica equivalence, EMA, checkpoints and resume, in process."""
+"""Training steps, multi-replica equivalence, EMA and checkpoints, in process (resume:
+test_reliability.py, test_crash_resume.py)."""
 
 from __future__ import annotations
 
@@ -106,25 +107,6 @@ def test_checkpoint_round_trip_restores_every_variable(tiny_gin, tmp_path):
     for a, b in zip(fresh.g_optimizer.variables, saved_slots):
         np.testing.assert_array_equal(a.numpy(), b)
     assert int(fresh.step.numpy()) == 2
-
-
-def test_resume_continues_from_the_saved_step(tiny_gin, tmp_path):
-    tiny_gin("train.total_steps = 2")
-    exp = experiment.build(_one_device())
-    loop.train(exp, str(tmp_path))
-    at_two = _weights(exp)
-    gin.clear_config()
-    tiny_gin("train.total_steps = 4")
-    resumed = experiment.build(_one_device())
-    # Run zero steps first: the restored weights are exactly the saved ones.
-    ckpt = checkpoints.Checkpointer(str(tmp_path), 3, **resumed.trackables())
-    ckpt.restore_latest()
-    for name, value in _weights(resumed).items():
-        np.testing.assert_array_equal(value, at_two[name], err_msg=name)
-    result = loop.train(resumed, str(tmp_path))
-    assert result["step"] == 4
-    assert int(resumed.g_optimizer.iterations.numpy()) == 4  # 2 restored + 2 new
-    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-4")
 
 
 def test_ema_tracks_before_start_and_averages_after(tiny_gin):
