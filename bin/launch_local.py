@@ -37,13 +37,15 @@ flags.DEFINE_string("model_dir", None, "Where the run writes (per_class: one sub
 flags.DEFINE_multi_string("gin_file", [], "Forwarded to every task.")
 flags.DEFINE_multi_string("gin_bindings", [], "Forwarded to every task.")
 flags.DEFINE_integer("threads_per_task", 0,
-                     "Intra- and inter-op threads per task (0: the cores divided among the "
-                     "compute tasks).")
+                     "Intra-op threads per task, inter-op at least 2 (0: the cores divided "
+                     "among the compute tasks).")
 flags.DEFINE_integer("max_restarts", 3, "Restarts of each dying parameter-server worker.")
 flags.DEFINE_float("grace_secs", 60.0, "After Ctrl-C/SIGTERM, how long tasks get to checkpoint.")
 flags.DEFINE_string("slow_task", None, "Rehearse a straggler: this task (e.g. worker:1) is "
                     "paused part of the time, see --slow_fraction.")
 flags.DEFINE_float("slow_fraction", 0.5, "Share of wall time the --slow_task is paused.")
+flags.DEFINE_integer("cores_per_task", 0, "Pin training task i to cores [i*n, (i+1)*n) "
+                     "(no parameter servers; 0: no pinning).")
 
 
 def main(argv):
@@ -56,7 +58,8 @@ def main(argv):
         mode=FLAGS.mode, num_workers=FLAGS.num_workers, num_ps=FLAGS.num_ps, chief=FLAGS.chief,
         num_groups=FLAGS.num_groups, threads_per_task=FLAGS.threads_per_task,
         max_restarts=FLAGS.max_restarts, grace_secs=FLAGS.grace_secs,
-        slow_task=FLAGS.slow_task, slow_fraction=FLAGS.slow_fraction)
+        slow_task=FLAGS.slow_task, slow_fraction=FLAGS.slow_fraction,
+        cores_per_task=FLAGS.cores_per_task)
     try:
         return launcher.launch(config)
     except ValueError as e:

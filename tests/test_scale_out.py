@@ -9,16 +9,19 @@ Per-class: 2 processes train disjoint label groups; the sampler joins them.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 
 from conftest import PYTHON, REPO, run_binary
+from paragan_tf.distribute import launcher
 
 pytestmark = pytest.mark.slow
 
@@ -156,3 +159,19 @@ def test_per_class_processes_train_disjoint_labels_and_the_sampler_joins_them(tm
     from PIL import Image  # pylint: disable=import-outside-toplevel
     grid = Image.open(model_dir / "samples" / "sample.png")
     assert grid.size == (3 * 34 + 2, 10 * 34 + 2)  # 10 class rows of 3 samples, 32 px + 2 pad
+
+
+def test_cores_per_task_pins_each_training_task_to_its_own_cores():
+    allowed = sorted(os.sched_getaffinity(0))
+    stream = io.StringIO()
+    task = launcher.Task("worker:1", [sys.executable, "-c",
+                                      "import os; print(sorted(os.sched_getaffinity(0)))"],
+                         dict(os.environ), False, launcher._Output(stream), cores=allowed[-1:])
+    task.start()
+    assert task.process.wait(timeout=60) == 0
+    time.sleep(0.5)  # the output thread
+    assert f"[worker:1] {allowed[-1:]}" in stream.getvalue(), stream.getvalue()
+    too_many = launcher.LaunchConfig(model_dir="unused", num_workers=len(allowed) + 1,
+                                     cores_per_task=1)
+    with pytest.raises(ValueError, match="cores_per_task=1 needs"):
+        too_many.check()

@@ -11,6 +11,7 @@ import urllib.request
 import pytest
 
 from conftest import PYTHON
+from paragan_tf.bench import profile
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 
@@ -27,9 +28,14 @@ def _get(port: int, path: str):
 
 
 @pytest.mark.slow
-def test_tensorboard_serves_the_runs_scalars_samples_and_config(tiny_gin, tmp_path):
-    tiny_gin("train.total_steps = 4")
+def test_tensorboard_serves_the_runs_scalars_samples_and_config(tiny_gin, tmp_path, caplog):
+    caplog.set_level("INFO")
+    tiny_gin("train.total_steps = 4", "train.profile_steps = 2")
     loop.train(experiment.build(), str(tmp_path))
+    # train.profile_steps: the steps after the first log line (2) traced into the logdir,
+    # where TensorBoard's Profile tab looks; the benchmarks read it the same way.
+    assert f"profile of steps 2-4: {tmp_path}" in caplog.text
+    assert any("Conv2D" in op for op in profile.op_seconds(str(tmp_path / "plugins")))
     port = _free_port()
     server = subprocess.Popen(
         [PYTHON, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host", "127.0.0.1",

@@ -20,6 +20,7 @@ import os
 import tempfile
 from typing import Callable, Dict, List, Optional
 
+from paragan_tf.bench import profile as profile_lib
 from paragan_tf.distribute import launcher
 
 CONFIG = "gin/bench_cluster.gin"
@@ -50,22 +51,50 @@ def _steps(steps: int, log_every: int) -> List[str]:
     return [f"train.total_steps={steps}", f"train.log_every={log_every}"]
 
 
-def scaling(per_worker_batch: int = 32, steps: int = 20, progress=print,
+def _breakdown(result: dict, model_dir: str, global_batch: int) -> dict:
+    """Seconds per step: the whole, waiting for input, in collectives, and the rest (compute).
+
+    The step and the input wait come from the measured (last) window; the
+    collective share from the profiled window before it (tf.profiler slows the
+    steps it traces, so the two windows are kept apart). A collective's time
+    includes waiting for the slowest worker to arrive: exchange and skew together.
+    """
+    step = global_batch / result["perf/images_per_sec"]
+    seconds = profile_lib.op_seconds(model_dir)
+    busy = sum(seconds.values())
+    collective = sum(v for k, v in seconds.items() if k.startswith("Collective")) / busy
+    input_wait = result["perf/input_wait_frac"] * step
+    exchange = collective * (step - input_wait)
+    return {"step_seconds": step, "input_wait_seconds": input_wait,
+            "exchange_seconds": exchange, "compute_seconds": step - input_wait - exchange,
+            "op_time_share": profile_lib.shares(seconds, top=8)}
+
+
+def scaling(per_worker_batch: int = 32, steps: int = 30, progress=print,
             work_dir: Optional[str] = None) -> dict:
-    """Weak scaling, 1 -> 2 workers under MultiWorkerMirroredStrategy."""
+    """Weak scaling, 1 -> 2 workers under MultiWorkerMirroredStrategy.
+
+    Three windows of steps // 3: start-up and tracing, a tf.profiler trace on
+    the chief, and the measured one.
+    """
+    window = steps // 3
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-        runs = {}
+        runs, parts = {}, {}
         for workers in (1, 2):
+            batch = per_worker_batch * workers
+            name = f"mwms_{workers}"
             runs[workers] = _run(
-                f"mwms_{workers}", tmp, progress,
-                [MWMS, f"train.batch_size={per_worker_batch * workers}"]
-                + _steps(steps, steps // 2), num_workers=workers)
+                name, tmp, progress,
+                [MWMS, f"train.batch_size={batch}", f"train.profile_steps={window}"]
+                + _steps(3 * window, window), num_workers=workers, cores_per_task=1)
+            parts[workers] = _breakdown(runs[workers], os.path.join(tmp, name), batch)
     t1, t2 = (runs[w]["perf/images_per_sec"] for w in (1, 2))
     return {"suite": "scaling", "config": CONFIG, "per_worker_batch": per_worker_batch,
-            "steps": steps, "throughput_1": t1, "throughput_2": t2,
+            "steps": 3 * window, "throughput_1": t1, "throughput_2": t2,
             "efficiency": t2 / (2 * t1),
-            "input_wait_frac_1": runs[1].get("perf/input_wait_frac"),
-            "input_wait_frac_2": runs[2].get("perf/input_wait_frac")}
+            "input_wait_frac_1": runs[1]["perf/input_wait_frac"],
+            "input_wait_frac_2": runs[2]["perf/input_wait_frac"],
+            "per_step_1": parts[1], "per_step_2": parts[2]}
 
 
 def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float = 0.5,

@@ -31,9 +31,6 @@ shape, show what TensorFlow reaches on this machine: `fraction_of_probe`.
 
 from __future__ import annotations
 
-import collections
-import glob
-import json
 import os
 import statistics
 import time
@@ -44,6 +41,7 @@ import tensorflow as tf
 from paragan_tf import config as config_lib
 from paragan_tf import layout as layout_lib
 from paragan_tf.bench import machine
+from paragan_tf.bench import profile as profile_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as loop_lib
@@ -169,27 +167,6 @@ def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
                 dominant_conv=dict(input=conv[0], kernel=conv[1]))
 
 
-def _op_time_shares(logdir: str, top: int = 12) -> Dict[str, float]:
-    """Share of busy time per op type in the tf.profiler trace under `logdir` (idle excluded).
-
-    TensorFlow has no public reader for its traces; this uses the converter
-    TensorBoard's profile plugin calls (framework_op_stats).
-    """
-    from tensorflow.python.profiler.internal import (  # pylint: disable=import-outside-toplevel
-        _pywrap_profiler_plugin as plugin)
-    paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
-    data, _ = plugin.xspace_to_tools_data(paths[-1:], "framework_op_stats", {})
-    table = json.loads(data)[0]
-    columns = [c["id"] for c in table["cols"]]
-    busy: Dict[str, float] = collections.Counter()
-    for row in table["rows"]:
-        cells = dict(zip(columns, (c.get("v") for c in row["c"])))
-        if cells["type"] != "IDLE":
-            busy[cells["type"]] += cells["total_self_time"]
-    total = sum(busy.values()) or 1.0
-    return {k: v / total for k, v in busy.most_common(top)}
-
-
 def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object, str]:
     files = [gin_file, f"gin/layouts/{layout}.gin"]
     config_lib.parse(files, bindings)
@@ -232,7 +209,7 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
         for _ in range(2):
             float(loop(real_it, noise_it, one)[0]["loss/D"])
         tf.profiler.experimental.stop()
-        profile = dict(logdir=logdir, op_time_share=_op_time_shares(logdir))
+        profile = dict(logdir=logdir, op_time_share=profile_lib.shares(profile_lib.op_seconds(logdir)))
         progress(f"{layout}: profile in {logdir}")
     flops = model_flops(exp)
     result = dict(

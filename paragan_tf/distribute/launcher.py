@@ -40,11 +40,15 @@ class LaunchConfig:
     num_ps: int = 0
     chief: Optional[bool] = None  # default: a chief (the coordinator) when num_ps > 0
     num_groups: int = 2  # per_class mode
-    threads_per_task: int = 0  # intra- and inter-op; 0: the cores divided among compute tasks
+    threads_per_task: int = 0  # intra-op (inter-op: at least 2); 0: cores / compute tasks
     max_restarts: int = 3  # per parameter-server worker
     grace_secs: float = 60.0
     slow_task: Optional[str] = None  # e.g. "worker:1": paused `slow_fraction` of the time
     slow_fraction: float = 0.5
+    # > 0: training task i runs on cores [i * n, (i + 1) * n) of this process's cores
+    # (sched_setaffinity): what a benchmark of "one worker = one core" needs, since
+    # threads alone do not keep a lone task off the idle cores. 0: no pinning.
+    cores_per_task: int = 0
 
     def check(self) -> None:
         if self.mode not in ("cluster", "per_class"):
@@ -53,6 +57,12 @@ class LaunchConfig:
             raise ValueError("num_workers and num_groups must be >= 1, num_ps >= 0")
         if not 0.0 <= self.slow_fraction < 1.0:
             raise ValueError(f"slow_fraction={self.slow_fraction} must be in [0, 1)")
+        compute = self.num_groups if self.mode == "per_class" else self.num_workers
+        cores = len(os.sched_getaffinity(0))
+        if self.cores_per_task and (self.num_ps or compute * self.cores_per_task > cores):
+            raise ValueError(f"cores_per_task={self.cores_per_task} needs that many cores per "
+                             f"training task and no parameter servers: {compute} tasks, "
+                             f"{self.num_ps} ps, {cores} cores")
 
 
 def free_port() -> int:
@@ -82,17 +92,23 @@ class Task:
     """One child process and the thread that streams its prefixed output."""
 
     def __init__(self, name: str, argv: List[str], env: Dict[str, str], restartable: bool,
-                 output: _Output):
+                 output: _Output, cores: Optional[List[int]] = None):
         self.name, self.argv, self.env, self.restartable = name, argv, env, restartable
-        self.output = output
+        self.output, self.cores = output, cores
         self.restarts = 0
         self.process: Optional[subprocess.Popen] = None
+
+    def _prepare_child(self) -> None:
+        _die_with_parent()
+        if self.cores:
+            os.sched_setaffinity(0, self.cores)
 
     def start(self) -> None:
         self.process = subprocess.Popen(
             self.argv, env=self.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, bufsize=1, preexec_fn=_die_with_parent)
-        self.output.line("launch", f"started {self.name} (pid {self.process.pid})")
+            text=True, bufsize=1, preexec_fn=self._prepare_child)
+        pinned = f" on cores {self.cores}" if self.cores else ""
+        self.output.line("launch", f"started {self.name} (pid {self.process.pid}){pinned}")
         threading.Thread(target=self._stream, args=(self.process,), daemon=True).start()
 
     def _stream(self, process: subprocess.Popen) -> None:
@@ -130,20 +146,26 @@ class Throttle(threading.Thread):
 
 def _tasks(config: LaunchConfig, output: _Output) -> List[Task]:
     compute = config.num_groups if config.mode == "per_class" else config.num_workers
-    threads = config.threads_per_task or max(1, (os.cpu_count() or 1) // compute)
+    threads = (config.threads_per_task or config.cores_per_task
+               or max(1, (os.cpu_count() or 1) // compute))
     argv = [sys.executable, TRAIN] + [f"--gin_file={f}" for f in config.gin_files]
-    # Ours first, so the caller's bindings override them.
+    # Ours first, so the caller's bindings override them. Intra-op threads cap a task's
+    # compute; inter-op threads stay >= 2: MultiWorkerMirrored's input (a
+    # MultiDeviceIterator) is fetched by an inter-op thread, and with only one it waits
+    # for every step to finish (a third of each step went to input in the scaling suite).
     argv += [f"--gin_bindings=strategy.intra_op_threads={threads}",
-             f"--gin_bindings=strategy.inter_op_threads={threads}"]
+             f"--gin_bindings=strategy.inter_op_threads={max(2, threads)}"]
     argv += [f"--gin_bindings={b}" for b in config.gin_bindings]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("TF_CONFIG", None)
+    allowed, n = sorted(os.sched_getaffinity(0)), config.cores_per_task
+    cores = [allowed[i * n:(i + 1) * n] if n else None for i in range(compute)]
     if config.mode == "per_class":
         return [Task(f"group:{g}", argv + [
             f"--model_dir={os.path.join(config.model_dir, f'group_{g}')}",
             f"--gin_bindings=per_class.group={g}",
-            f"--gin_bindings=per_class.num_groups={config.num_groups}"], env, False, output)
-            for g in range(config.num_groups)]
+            f"--gin_bindings=per_class.num_groups={config.num_groups}"], env, False, output,
+            cores[g]) for g in range(config.num_groups)]
     jobs = {"worker": config.num_workers}
     if config.chief if config.chief is not None else config.num_ps > 0:
         jobs["chief"] = 1
@@ -157,7 +179,8 @@ def _tasks(config: LaunchConfig, output: _Output) -> List[Task]:
             # Parameter-server workers are stateless servers: restart them.
             restartable = config.num_ps > 0 and job == "worker"
             tasks.append(Task(f"{job}:{index}", argv + [f"--model_dir={config.model_dir}"],
-                              dict(env, TF_CONFIG=tf_config), restartable, output))
+                              dict(env, TF_CONFIG=tf_config), restartable, output,
+                              cores[index] if job == "worker" else None))
     return tasks
 
 

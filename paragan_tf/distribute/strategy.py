@@ -78,7 +78,9 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
       intra_op_threads: threads per op in this process (0: TensorFlow's
         default, all cores). Set 1 when several processes share a machine.
       inter_op_threads: ops run at once in this process (0: TensorFlow's default,
-        all cores); with intra_op_threads, what caps a process's cores.
+        all cores); with intra_op_threads, what caps a process's cores. Keep it >= 2
+        under multi_worker_mirrored: its input is fetched by an inter-op thread, which
+        with only one waits for each step to end.
       min_shard_bytes: `parameter_server` only: variables larger than this are
         split over the parameter servers (at most one shard per server).
     """

@@ -194,6 +194,10 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         raise ConfigError("eval.every_steps is not available under "
                           "strategy.kind='parameter_server' (the coordinator has no replicas "
                           "to generate on); evaluate beside it with bin/eval.py --watch")
+    if cfg.profile_steps:
+        raise ConfigError("train.profile_steps is not available under "
+                          "strategy.kind='parameter_server': the steps run on the workers, "
+                          "the coordinator would trace only its dispatching; set it to 0")
     if exp.input_config.tuned and exp.input_config.adaptive:
         logging.info("input tuning is not adaptive under parameter_server: workers read "
                      "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)

@@ -32,6 +32,7 @@ class TrainConfig:
     resume_input: str = "replay"
     deterministic: bool = False
     recompute: bool = False
+    profile_steps: int = 0
 
     @property
     def real_images_per_step(self) -> int:
@@ -47,7 +48,7 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
                  max_to_keep: int = 3, seed: int = 0,
                  simultaneous: bool = False, max_consecutive_skips: int = 20,
                  resume_input: str = "replay", deterministic: bool = False,
-                 recompute: bool = False) -> TrainConfig:
+                 recompute: bool = False, profile_steps: int = 0) -> TrainConfig:
     """The trainer's options, from gin.
 
     Args:
@@ -82,11 +83,15 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
         pass: activation memory falls to about the blocks' inputs plus one
         block's insides, for roughly one more forward pass of compute
         (`bin/train.py --dry_run` prints both memory plans).
+      profile_steps: trace this many steps with tf.profiler, starting after the first
+        progress line (tracing and start-up left out), into model_dir (TensorBoard's
+        Profile tab); the chief only. Those steps run slower. 0: no trace.
     """
     config = TrainConfig(total_steps, batch_size, d_steps, steps_per_loop, accumulation,
                          clip_norm, ortho_reg, ema_decay, ema_start_step, log_every,
                          checkpoint_every, sample_every, max_to_keep, seed, simultaneous,
-                         max_consecutive_skips, resume_input, deterministic, recompute)
+                         max_consecutive_skips, resume_input, deterministic, recompute,
+                         profile_steps)
     positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
                 "log_every", "checkpoint_every", "sample_every", "max_to_keep",
                 "max_consecutive_skips")
@@ -97,8 +102,8 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
         raise ConfigError(f"train.ema_decay={ema_decay} must be in [0, 1)")
     if resume_input not in ("replay", "reshuffle"):
         raise ConfigError(f"train.resume_input={resume_input!r} must be 'replay' or 'reshuffle'")
-    if clip_norm < 0 or ortho_reg < 0:
-        raise ConfigError("train.clip_norm and train.ortho_reg must be >= 0")
+    if clip_norm < 0 or ortho_reg < 0 or profile_steps < 0:
+        raise ConfigError("train.clip_norm, train.ortho_reg and train.profile_steps must be >= 0")
     return config
 
 

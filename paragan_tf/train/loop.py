@@ -97,6 +97,36 @@ def real_batches(exp: experiment_lib.Experiment, seed: int,
         replica_batches_done=steps_done * per_step)))
 
 
+class StepProfiler:
+    """tf.profiler over `steps` train steps (whole loop calls), begun after the first log line.
+
+    The first call traces and compiles; starting after the first progress line
+    keeps that and the input warm-up out of the trace. The trace lands in
+    `logdir` (TensorBoard's Profile tab).
+    """
+
+    def __init__(self, steps: int, logdir: str):
+        self.steps, self.logdir = steps, logdir
+        self.began: Optional[int] = None  # the step the trace began at
+        self.running = False
+
+    def before_call(self, step: int, logged: bool) -> None:
+        if self.steps and logged and self.began is None:
+            tf.profiler.experimental.start(self.logdir)
+            self.began, self.running = step, True
+
+    def after_call(self, step: int) -> None:
+        if self.running and step >= self.began + self.steps:
+            self.stop(step)
+
+    def stop(self, step: int) -> None:
+        if self.running:
+            tf.profiler.experimental.stop()
+            self.running = False
+            logging.info("profile of steps %d-%d: %s (TensorBoard's Profile tab)",
+                         self.began, step, self.logdir)
+
+
 def noise_batches(exp: experiment_lib.Experiment, seed: int, steps_done: int = 0):
     """Iterator of per-replica (z, labels) batches for `exp`'s synchronous training."""
     per_step = make_gan_step(exp).noise_batches_per_step
@@ -279,12 +309,15 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                  exp.source.name, classes, start, cfg.total_steps,
                  strategy.num_replicas_in_sync, cfg.batch_size)
     signals = (signal.SIGINT,) if handler else (signal.SIGTERM, signal.SIGINT)
+    profiler = StepProfiler(cfg.profile_steps if is_chief else 0, model_dir)
+    logged = False
     with SignalFlag(signals) as flag:
         while step < cfg.total_steps and flag.signum is None:
             intervals = (cfg.log_every, cfg.checkpoint_every, cfg.sample_every) + (
                 (eval_every,) if eval_every else ())
             boundary = min(cfg.total_steps, *(step - step % k + k for k in intervals))
             n = min(cfg.steps_per_loop, boundary - step)
+            profiler.before_call(step, logged)
             t0 = time.perf_counter()
             out, wait = loop(real_it, noise_it, tf.constant(n, tf.int64))
             out = {k: float(v) for k, v in out.items()}
@@ -293,6 +326,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 window_steps, window_seconds = window_steps + n, window_seconds + elapsed
                 window_wait += float(wait)
             step = int(exp.step.numpy())
+            profiler.after_call(step)
             if wall_since is None:
                 wall_since, wall_step = time.perf_counter(), step
             consecutive = int(exp.health.consecutive.numpy())
@@ -329,6 +363,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                     format_eta((cfg.total_steps - step) / wall_rate))
                 window_steps, window_seconds, window_wait = 0, 0.0, 0.0
                 wall_since, wall_step = now, step
+                logged = True
                 if tuner.observe(metrics["perf/input_wait_frac"]):
                     exp.inputs.append(real_it)  # see Experiment.inputs: never destroyed mid-run
                     real_seed += 7919  # a fresh shuffle under the new read settings
@@ -347,6 +382,7 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                 metrics.update(evaluator.evaluate(step, path, writer))
             if handler:
                 handler.check(step)
+        profiler.stop(step)
         if flag.signum is not None:
             if ckpt.saved_step != step:
                 logging.info("checkpoint: %s", ckpt.save(step))
