@@ -17,10 +17,12 @@ decode   a network file system of JPEG files: the mnist5k digits upscaled to
          is read, decoded and area-resized to 32x32 on the same two cores
          the step computes on. Reads cost CPU: more parallelism stops paying
          once the cores are busy.
-cpu      the same files at 512x512 and no sleep at all: decoding a batch
-         costs about as much CPU as the step itself, so the two cores are
-         the bottleneck and no read setting can hide the input; this is the
-         case where the tuner cannot beat AUTOTUNE (nor should it try).
+cpu      the same files at 512x512 and no sleep at all: decode on the two
+         cores the step computes on is the only cost, and the cores are
+         what parallel reads can use; nothing waits, so no congestion is declared
+         and the aware pipeline is the plain AUTOTUNE one without its tuner.
+         Measured here: AUTOTUNE keeps up (about 1 % stall) and so does ours;
+         the tuner has nothing to win on a store whose only cost is CPU.
 
 sequential  shards read one after another, sequential decode, no prefetch
             (input_pipeline.mode='naive');
@@ -97,8 +99,9 @@ def _windows(make_iterator, compute, tuner, windows: int, window_steps: int,
         stall = wait / (wait + busy)
         entry = dict(window=w, stall_frac=stall, compute_ms=1000 * busy / window_steps,
                      wait_ms=1000 * wait / window_steps)
-        settings = {"naive": "sequential reads, no prefetch",
-                    "autotune": "tf.data AUTOTUNE"}.get(tuner.config.mode)
+        # An aware pipeline over a store without declared congestion is the plain one.
+        settings = {"naive": "sequential reads, no prefetch"}.get(
+            tuner.config.mode, "tf.data AUTOTUNE, no tuner")
         if tuner.config.tuned:
             entry.update(dataclasses.asdict(tuner.tuning))
             settings = (f"read parallelism {tuner.tuning.read_parallelism}, "
