@@ -25,7 +25,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable
 
 
-# Seconds each file took under `make test` (2 workers, --durations) on the 2-core AMD EPYC
+# Seconds each file took under `make test` (--durations) on the 2-core AMD EPYC
 # Zen 4 machine of the README, rounded. pytest-xdist hands whole files to workers in
 # collection order (the Makefile turns off its reordering by test count), so running the
 # longest files first keeps one long file from starting last while the other worker idles

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import time
@@ -28,13 +29,26 @@ def _get(port: int, path: str):
 
 
 @pytest.mark.slow
-def test_tensorboard_serves_the_runs_scalars_samples_and_config(tiny_gin, tmp_path, caplog):
-    caplog.set_level("INFO")
+def test_tensorboard_serves_the_runs_scalars_samples_and_config(tiny_gin, tmp_path):
     tiny_gin("train.total_steps = 4", "train.profile_steps = 2")
-    loop.train(experiment.build(), str(tmp_path))
+    # absl's records, read on the absl logger itself: earlier tests in this process may
+    # have changed its level or propagation, which left pytest's caplog empty here once.
+    lines, absl_logger = [], logging.getLogger("absl")
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: lines.append(record.getMessage())
+    level, disabled = absl_logger.level, absl_logger.disabled
+    absl_logger.addHandler(handler)
+    absl_logger.setLevel(logging.INFO)
+    absl_logger.disabled = False
+    try:
+        loop.train(experiment.build(), str(tmp_path))
+    finally:
+        absl_logger.removeHandler(handler)
+        absl_logger.setLevel(level)
+        absl_logger.disabled = disabled
     # train.profile_steps: the steps after the first log line (2) traced into the logdir,
     # where TensorBoard's Profile tab looks; the benchmarks read it the same way.
-    assert f"profile of steps 2-4: {tmp_path}" in caplog.text
+    assert f"profile of steps 2-4: {tmp_path} (TensorBoard's Profile tab)" in lines, lines
     assert any("Conv2D" in op for op in profile.op_seconds(str(tmp_path / "plugins")))
     port = _free_port()
     server = subprocess.Popen(

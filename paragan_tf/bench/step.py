@@ -209,7 +209,8 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
         for _ in range(2):
             float(loop(real_it, noise_it, one)[0]["loss/D"])
         tf.profiler.experimental.stop()
-        profile = dict(logdir=logdir, op_time_share=profile_lib.shares(profile_lib.op_seconds(logdir)))
+        profile = dict(logdir=logdir,
+                       op_time_share=profile_lib.shares(profile_lib.op_seconds(logdir)))
         progress(f"{layout}: profile in {logdir}")
     flops = model_flops(exp)
     result = dict(
