@@ -39,7 +39,7 @@ train: setup
 
 # Three pytest workers on two cores, a test file each at a time: tests wait a good part
 # of their time (processes starting, sleeping stores, servers), and a third file fills
-# it: 17 min here against 21 with two workers. Files start longest first
+# it: 17-19 min here (two runs) against 21 with two workers. Files start longest first
 # (tests/conftest.py), not in xdist's order by test count.
 test: setup
 	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
