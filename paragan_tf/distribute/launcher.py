@@ -50,6 +50,11 @@ class LaunchConfig:
     # threads alone do not keep a lone task off the idle cores. 0: no pinning.
     cores_per_task: int = 0
 
+    @property
+    def compute_tasks(self) -> int:
+        """Tasks that train: the workers, or the groups under per_class."""
+        return self.num_groups if self.mode == "per_class" else self.num_workers
+
     def check(self) -> None:
         if self.mode not in ("cluster", "per_class"):
             raise ValueError(f"mode={self.mode!r} must be cluster or per_class")
@@ -57,8 +62,7 @@ class LaunchConfig:
             raise ValueError("num_workers and num_groups must be >= 1, num_ps >= 0")
         if not 0.0 <= self.slow_fraction < 1.0:
             raise ValueError(f"slow_fraction={self.slow_fraction} must be in [0, 1)")
-        compute = self.num_groups if self.mode == "per_class" else self.num_workers
-        cores = len(os.sched_getaffinity(0))
+        compute, cores = self.compute_tasks, len(os.sched_getaffinity(0))
         if self.cores_per_task and (self.num_ps or compute * self.cores_per_task > cores):
             raise ValueError(f"cores_per_task={self.cores_per_task} needs that many cores per "
                              f"training task and no parameter servers: {compute} tasks, "
@@ -145,7 +149,7 @@ class Throttle(threading.Thread):
 
 
 def _tasks(config: LaunchConfig, output: _Output) -> List[Task]:
-    compute = config.num_groups if config.mode == "per_class" else config.num_workers
+    compute = config.compute_tasks
     threads = (config.threads_per_task or config.cores_per_task
                or max(1, (os.cpu_count() or 1) // compute))
     argv = [sys.executable, TRAIN] + [f"--gin_file={f}" for f in config.gin_files]
