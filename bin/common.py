@@ -45,6 +45,8 @@ def restore_run(run_dir: str, checkpoint: Optional[str] = None):
     config_lib.parse([operative] + FLAGS.gin_file,
                      ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings, finalize=False)
     exp = experiment.build(check_data=False)
+    from paragan_tf.data import class_list  # pylint: disable=import-outside-toplevel
+    class_list.keep_or_check(run_dir, exp.source.class_names, exp.data.name, write=False)
     saver = checkpoints.Checkpointer(run_dir, max_to_keep=1000, **exp.trackables())
     path = saver.restore(checkpoint) if checkpoint else saver.restore_latest()
     if path is None:

@@ -6,12 +6,18 @@ Names:
   fashion_mnist  Fashion-MNIST from Debian's `dataset-fashion-mnist` package.
   tfds:NAME      any TFDS dataset already prepared in `dataset.data_dir`
                  (nothing is downloaded unless `dataset.download=True`).
-  image_folder   `dataset.data_dir/<class name>/<image files>`; every file is
-                 decoded once at start-up, and a corrupt one is an error naming
-                 it (or skipped and counted with `dataset.skip_corrupt=True`).
+  records        a directory prepared by bin/prepare_dataset.py (data/records.py):
+                 start-up reads its manifest only; streamed shard by shard, and
+                 a resumed run enters the stream where it stopped.
+  image_folder   `dataset.data_dir/<class name>/<image files>` (the rules:
+                 data/image_files.py). Small folders are decoded once at
+                 start-up, so a corrupt file is an error naming it (or skipped
+                 with `dataset.skip_corrupt=True`); large ones are checked lazily:
+                 a corrupt file is skipped when the run meets it, named in the
+                 log and counted in `health/corrupt_images` (`dataset.scan_images`).
   synthetic      random images (benchmarks, tests).
-Every source states its spec (classes, channels) without reading the data, so
-dry runs and start-up checks are cheap.
+Every source states its spec (classes and their names, channels) without
+decoding the data, so dry runs and start-up checks are cheap.
 """
 
 from __future__ import annotations
@@ -21,16 +27,45 @@ import functools
 import gzip
 import os
 import re
-from typing import Callable, Dict, List, Optional, Sequence
+import threading
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf.data import image_files
+from paragan_tf.data import records as records_lib
 from paragan_tf.errors import ConfigError
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif")
+FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal",
+                         "Shirt", "Sneaker", "Bag", "Ankle boot")
+# image_folder's scan_images='auto' decodes every file at start-up up to this many
+# (about 10 s on 2 cores at 64 px); larger folders are checked as the run reads them.
+FULL_SCAN_LIMIT = 20_000
+
+
+class CorruptImages:
+    """Image files found corrupt while a run reads them: each named in the log once, counted."""
+
+    def __init__(self):
+        self._seen: set = set()
+        self._lock = threading.Lock()
+
+    def report(self, path) -> np.int64:
+        name = path.numpy().decode() if hasattr(path, "numpy") else str(path)
+        with self._lock:
+            if name not in self._seen:
+                self._seen.add(name)
+                logging.warning("skipping corrupt image file %s (%d found so far)", name,
+                                len(self._seen))
+        return np.int64(0)
+
+    @property
+    def count(self) -> int:
+        with self._lock:
+            return len(self._seen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +85,12 @@ class Source:
     # (make(split) is records(split) mapped through decode).
     records: Optional[Callable[[str], tf.data.Dataset]] = None
     decode: Optional[Callable[[tf.Tensor, tf.Tensor], tuple]] = None
+    # Class names in label order: printed at start-up and kept with the run (class_list.py).
+    class_names: Tuple[str, ...] = ()
+    # Lazily checked image files: a record that fails to decode is skipped and reported here.
+    corrupt: Optional[CorruptImages] = None
+    # A prepared dataset (data/records.py), streamed by position instead of by split.
+    prepared: Optional[records_lib.Records] = None
 
     def shard(self, split: str, num_shards: int, index,
               parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
@@ -61,8 +102,36 @@ class Source:
         """
         if self.records is None:
             return self.make(split).shard(num_shards, index)
-        return self.records(split).shard(num_shards, index).map(
-            self.decode, num_parallel_calls=parallel)
+        return self.decoded(self.records(split).shard(num_shards, index), parallel)
+
+    def decoded(self, records: tf.data.Dataset,
+                parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
+        """Encoded records -> examples (see `decode_records`)."""
+        return decode_records(records, self.decode, self.channels, self.corrupt, parallel)
+
+
+def decode_records(records: tf.data.Dataset, decode, channels: int,
+                   corrupt: Optional[CorruptImages],
+                   parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
+    """Encoded records -> examples, in order; with `corrupt`, a record that does not
+    decode is skipped and reported to it instead of failing the run."""
+    deterministic = None if parallel is None else True
+    if corrupt is None:
+        return records.map(decode, num_parallel_calls=parallel, deterministic=deterministic)
+
+    def one(encoded, label):
+        # The decoded example when it decodes, else a label -1 marker that reports the
+        # file: ignore_errors drops a failed decode, and take(1) drops the marker after
+        # a good one, so the report runs for corrupt files only.
+        record = tf.data.Dataset.from_tensors((encoded, label))
+        good = record.map(decode).ignore_errors()
+        bad = record.map(lambda e, _: (
+            tf.zeros([1, 1, channels], tf.uint8),
+            tf.cast(tf.py_function(corrupt.report, [e], tf.int64), tf.int32) - 1))
+        return good.concatenate(bad).take(1)
+    return records.interleave(one, cycle_length=max(2, os.cpu_count() or 1),
+                              num_parallel_calls=parallel, deterministic=deterministic
+                              ).filter(lambda _, label: label >= 0)
 
 
 def _stored_order(n: int) -> np.ndarray:
@@ -78,7 +147,7 @@ def _stored_order(n: int) -> np.ndarray:
 _SLICED_SPLIT = re.compile(r"^(\w+)\[(-?\d*):(-?\d*)\]$")
 
 
-def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], num_classes: int,
+def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], class_names: Sequence[str],
                  channels: int, num_examples: int) -> Source:
     """An in-memory source. A split may be sliced as in TFDS, `train[:4500]`, `train[4500:]`:
     records counted in the stored order, so a slice mixes all classes."""
@@ -95,7 +164,8 @@ def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], num_classes:
             order = order[start:stop]
         return tf.data.Dataset.from_tensor_slices((images[order],
                                                    labels[order].astype(np.int32)))
-    return Source(name, num_classes, channels, make, num_examples, in_memory=True)
+    return Source(name, len(class_names), channels, make, num_examples, in_memory=True,
+                  class_names=tuple(class_names))
 
 
 @functools.lru_cache(maxsize=1)
@@ -106,7 +176,7 @@ def _load_mnist5k():
 
 
 def _mnist5k(**_) -> Source:
-    return _from_arrays("mnist5k", {"train": _load_mnist5k}, 10, 1, 5000)
+    return _from_arrays("mnist5k", {"train": _load_mnist5k}, [str(d) for d in range(10)], 1, 5000)
 
 
 def _read_idx(path: str) -> np.ndarray:
@@ -137,7 +207,8 @@ def _fashion_mnist(data_dir: Optional[str] = None, **_) -> Source:
             labels = _read_idx(os.path.join(root, f"{prefix}-labels-idx1-ubyte.gz"))
             return images[..., None], labels
         return load
-    source = _from_arrays("fashion_mnist", {k: loader(v) for k, v in files.items()}, 10, 1, 60000)
+    source = _from_arrays("fashion_mnist", {k: loader(v) for k, v in files.items()},
+                          FASHION_MNIST_CLASSES, 1, 60000)
     return dataclasses.replace(source, check=check)
 
 
@@ -170,7 +241,9 @@ def _tfds(tfds_name: str, data_dir: Optional[str] = None, download: bool = False
         if split not in builder.info.splits:
             raise ConfigError(f"dataset.split={split!r} does not exist for tfds:{tfds_name}; "
                               f"choose one of {sorted(builder.info.splits)}")
-        ds = builder.as_dataset(split=split, shuffle_files=True,
+        # Files in their stored order: a run resumed by replaying the stream sees the
+        # same examples (the pipeline's seeded shuffle mixes them).
+        ds = builder.as_dataset(split=split, shuffle_files=False,
                                 decoders={"image": tfds.decode.SkipDecoding()})
         return ds.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)))
 
@@ -180,27 +253,64 @@ def _tfds(tfds_name: str, data_dir: Optional[str] = None, download: bool = False
     def make(split: str) -> tf.data.Dataset:
         return records(split).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return Source(f"tfds:{tfds_name}", features["label"].num_classes, channels, make,
-                  check=check, records=records, decode=decode)
+                  check=check, records=records, decode=decode,
+                  class_names=tuple(features["label"].names))
 
 
-def _image_folder(data_dir: Optional[str] = None, channels: int = 3,
-                  skip_corrupt: bool = False, **_) -> Source:
+def _records(data_dir: Optional[str] = None, channels: int = 0, **_) -> Source:
+    if not data_dir:
+        raise ConfigError("dataset.name='records' needs dataset.data_dir=<a directory written by "
+                          "bin/prepare_dataset.py>")
+    manifest = records_lib.Manifest.load(data_dir)
+    prepared = records_lib.Records(data_dir, manifest)
+    channels = channels or manifest.channels
+    size = manifest.resolution
+
+    def decode(encoded, label):
+        image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+        return tf.ensure_shape(image, [size, size, channels]), label
+
+    def records(split: str) -> tf.data.Dataset:
+        if split != manifest.split:
+            raise ConfigError(f"dataset.split={split!r}: {data_dir} holds the split "
+                              f"{manifest.split!r} only (bin/prepare_dataset.py --split)")
+        return prepared.all_records()
+
+    def make(split: str) -> tf.data.Dataset:
+        return records(split).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    return Source("records", len(manifest.classes), channels, make, manifest.num_examples,
+                  check=lambda: manifest.check_shards(data_dir), records=records,
+                  decode=decode, class_names=tuple(manifest.classes), prepared=prepared)
+
+
+def _image_folder(data_dir: Optional[str] = None, channels: int = 0,
+                  skip_corrupt: bool = False, scan_images: str = "auto", **_) -> Source:
     if not data_dir:
         raise ConfigError("dataset.name='image_folder' needs dataset.data_dir=<folder with one "
                           "sub-folder per class>")
     if not os.path.isdir(data_dir):
         raise ConfigError(f"dataset.data_dir={data_dir!r} does not exist or is not a folder")
-    classes = sorted(d for d in os.listdir(data_dir) if os.path.isdir(os.path.join(data_dir, d)))
-    files, labels = [], []
-    for label, cls in enumerate(classes):
-        for f in sorted(os.listdir(os.path.join(data_dir, cls))):
-            if f.lower().endswith(IMAGE_EXTENSIONS):
-                files.append(os.path.join(data_dir, cls, f))
-                labels.append(label)
+    listing = image_files.list_tree(image_files.folder_entries(data_dir),
+                                    image_files.TF_EXTENSIONS)
+    if listing.skipped:
+        logging.info("image_folder %s: %s%s", data_dir, listing.skipped_line(),
+                     "; bin/prepare_dataset.py also reads WebP, TIFF, PPM and TGA" if
+                     listing.skipped.get("not an image") else "")
+    files = [os.path.join(data_dir, f) for f in listing.files]
+    labels = listing.labels
     if not files:
         raise ConfigError(f"dataset.data_dir={data_dir!r} holds no images in class sub-folders "
-                          f"(expected {data_dir}/<class>/<file>{IMAGE_EXTENSIONS[0]})")
-    usable = np.ones(len(files), bool)  # the start-up check clears corrupt files
+                          f"(expected {data_dir}/<class>/<file>{image_files.TF_EXTENSIONS[0]})")
+    if not channels:
+        channels, looked = image_files.detect_channels(
+            [files[i] for i in _stored_order(len(files))], image_files.pil_mode)
+        logging.info("image_folder: %d channel%s (%d images looked at%s; set dataset.channels "
+                     "to override)", channels, "" if channels == 1 else "s", looked,
+                     ", all greyscale" if channels == 1 else "")
+    if scan_images == "auto":
+        scan_images = "full" if len(files) <= FULL_SCAN_LIMIT else "lazy"
+    corrupt = CorruptImages() if scan_images == "lazy" else None
+    usable = np.ones(len(files), bool)  # the full scan clears corrupt files
 
     def decode(path, label):
         image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
@@ -208,18 +318,23 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 3,
         return tf.ensure_shape(image, [None, None, channels]), label
 
     def check():
-        """Decodes every file once: a corrupt one fails here, named, not mid-training."""
-        corrupt = find_corrupt(files, channels)
-        if corrupt and not skip_corrupt:
-            listed = ", ".join(corrupt[:5]) + (f" and {len(corrupt) - 5} more"
-                                               if len(corrupt) > 5 else "")
-            raise ConfigError(f"{len(corrupt)} corrupt image file(s) in dataset.data_dir="
+        if scan_images == "lazy":
+            logging.info("image_folder: %d images; corrupt files are skipped as the run meets "
+                         "them, named in the log and counted in health/corrupt_images "
+                         "(dataset.scan_images='full' decodes them all first)", len(files))
+            return
+        # Decodes every file once: a corrupt one fails here, named, not mid-training.
+        corrupt_files = find_corrupt(files, channels)
+        if corrupt_files and not skip_corrupt:
+            listed = ", ".join(corrupt_files[:5]) + (f" and {len(corrupt_files) - 5} more"
+                                                     if len(corrupt_files) > 5 else "")
+            raise ConfigError(f"{len(corrupt_files)} corrupt image file(s) in dataset.data_dir="
                               f"{data_dir!r}: {listed}; remove them or set "
                               f"dataset.skip_corrupt=True to train without them")
-        if corrupt:
+        if corrupt_files:
             logging.warning("skipping %d corrupt image file(s) (dataset.skip_corrupt): %s",
-                            len(corrupt), ", ".join(corrupt))
-            usable[[files.index(path) for path in corrupt]] = False
+                            len(corrupt_files), ", ".join(corrupt_files))
+            usable[[files.index(path) for path in corrupt_files]] = False
             if not usable.any():
                 raise ConfigError(f"every image file in dataset.data_dir={data_dir!r} is "
                                   f"corrupt")
@@ -233,9 +348,10 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 3,
                                                    np.array(labels, np.int32)[order]))
 
     def make(split: str) -> tf.data.Dataset:
-        return records(split).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-    return Source("image_folder", len(classes), channels, make, len(files), check=check,
-                  records=records, decode=decode)
+        return decode_records(records(split), decode, channels, corrupt)
+    return Source("image_folder", len(listing.classes), channels, make, len(files), check=check,
+                  records=records, decode=decode, class_names=tuple(listing.classes),
+                  corrupt=corrupt)
 
 
 def find_corrupt(files: Sequence[str], channels: int) -> List[str]:
@@ -252,7 +368,8 @@ def find_corrupt(files: Sequence[str], channels: int) -> List[str]:
     return [f for f in files if f not in readable]
 
 
-def _synthetic(num_classes: int = 10, channels: int = 3, size: int = 32, **_) -> Source:
+def _synthetic(num_classes: int = 10, channels: int = 0, size: int = 32, **_) -> Source:
+    channels = channels or 3
     def make(split: str) -> tf.data.Dataset:
         del split
         def example(i):
@@ -260,13 +377,15 @@ def _synthetic(num_classes: int = 10, channels: int = 3, size: int = 32, **_) ->
             image = tf.random.stateless_uniform([size, size, channels], seed, 0, 256, tf.int32)
             return tf.cast(image, tf.uint8), tf.cast(i % num_classes, tf.int32)
         return tf.data.Dataset.range(1024).map(example)
-    return Source("synthetic", num_classes, channels, make, 1024)
+    return Source("synthetic", num_classes, channels, make, 1024,
+                  class_names=tuple(f"class_{i}" for i in range(num_classes)))
 
 
 _REGISTRY = {
     "mnist5k": _mnist5k,
     "fashion_mnist": _fashion_mnist,
     "image_folder": _image_folder,
+    "records": _records,
     "synthetic": _synthetic,
 }
 

@@ -33,6 +33,7 @@ import tensorflow as tf
 from paragan_tf.data import class_groups
 from paragan_tf.data import congestion as congestion_lib
 from paragan_tf.data import datasets
+from paragan_tf.data import records as records_lib
 from paragan_tf.data import service as service_lib
 from paragan_tf.data.tuning import InputConfig, InputTuner, Tuning
 from paragan_tf.distribute import cluster
@@ -52,13 +53,21 @@ class DatasetConfig:
     shuffle_buffer: int
     download: bool
     skip_corrupt: bool = False
+    channels: int = 0
+    scan_images: str = "auto"
+
+
+# Sources whose channel count is the reader's choice (dataset.channels); the others
+# have the channels they have.
+_CHANNEL_CHOICE = ("image_folder", "records", "synthetic")
 
 
 @gin.configurable("dataset")
 def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split: str = "train",
                    resolution: int = 32, fit: str = "auto", random_flip: bool = False,
                    shuffle_buffer: int = 10_000, download: bool = False,
-                   skip_corrupt: bool = False) -> DatasetConfig:
+                   skip_corrupt: bool = False, channels: int = 0,
+                   scan_images: str = "auto") -> DatasetConfig:
     """The dataset settings, from gin.
 
     Args:
@@ -73,15 +82,27 @@ def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split:
       random_flip: random horizontal flips.
       shuffle_buffer: examples in the shuffle buffer.
       download: allow TFDS to download (never possible on air-gapped machines).
-      skip_corrupt: image folders: train without the files that fail to decode
-        (logged with their names) instead of stopping with an error naming them.
+      skip_corrupt: image folders checked in full at start-up: train without
+        the files that fail to decode (logged with their names) instead of
+        stopping with an error naming them.
+      channels: 1 or 3 for image_folder, records and synthetic (images are
+        converted); 0: as the data is (an image folder whose images are all
+        greyscale trains on one channel). Other sources have theirs.
+      scan_images: image_folder: "full" decodes every file at start-up (a
+        corrupt one is an error, or skipped with skip_corrupt); "lazy" decodes
+        as the run reads, skipping a corrupt file and naming it in the log and
+        in health/corrupt_images; "auto": full up to 20,000 files, else lazy.
     """
     if fit not in ("auto", "pad", "resize"):
         raise ConfigError(f"dataset.fit={fit!r} must be auto, pad or resize")
     if resolution <= 0:
         raise ConfigError(f"dataset.resolution={resolution} must be positive")
+    if channels not in (0, 1, 3):
+        raise ConfigError(f"dataset.channels={channels} must be 1, 3 or 0 (as the data is)")
+    if scan_images not in ("auto", "full", "lazy"):
+        raise ConfigError(f"dataset.scan_images={scan_images!r} must be auto, full or lazy")
     return DatasetConfig(name, data_dir, split, resolution, fit, random_flip, shuffle_buffer,
-                         download, skip_corrupt)
+                         download, skip_corrupt, channels, scan_images)
 
 
 def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
@@ -90,7 +111,13 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
     With check=False only the spec is needed (dry runs): absent data is not an error.
     """
     source = datasets.get_source(config.name, data_dir=config.data_dir,
-                                 download=config.download, skip_corrupt=config.skip_corrupt)
+                                 download=config.download, skip_corrupt=config.skip_corrupt,
+                                 channels=config.channels, scan_images=config.scan_images)
+    if config.channels and config.name not in _CHANNEL_CHOICE and \
+            config.channels != source.channels:
+        raise ConfigError(f"dataset.channels={config.channels}: {config.name} has "
+                          f"{source.channels} channel(s); the setting applies to "
+                          f"{', '.join(_CHANNEL_CHOICE)}")
     if check:
         source.check()
     return source
@@ -151,6 +178,9 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
     if ctx.num_input_pipelines > 1 and not split_records:
         shards = shards.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
     shards = shards.shuffle(inputs.num_shards, seed=seed, reshuffle_each_iteration=True).repeat()
+    # The interleave's order depends on its cycle length only: fixed here, so the tuner
+    # changes how many shards are read at once, never which records come when.
+    cycle = max(1, min(inputs.num_shards, inputs.max_read_parallelism))
 
     def read(shard):
         records = source.shard(split, inputs.num_shards, shard,
@@ -161,9 +191,29 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
     if inputs.mode == "naive":
         return shards.flat_map(read)
     if inputs.mode == "autotune":
-        return shards.interleave(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=False)
-    return shards.interleave(read, cycle_length=tuning.read_parallelism,
-                             num_parallel_calls=tuning.read_parallelism, deterministic=False)
+        return shards.interleave(read, num_parallel_calls=tf.data.AUTOTUNE,
+                                 deterministic=inputs.deterministic)
+    return shards.interleave(read, cycle_length=cycle,
+                             num_parallel_calls=min(tuning.read_parallelism, cycle),
+                             deterministic=inputs.deterministic)
+
+
+def _records_stream(source: datasets.Source, config: DatasetConfig, inputs: InputConfig,
+                    tuning: Tuning, ctx: tf.distribute.InputContext, seed: int, batch: int,
+                    start: int, classes: Optional[Sequence[int]]) -> tf.data.Dataset:
+    """A prepared dataset's examples for this input pipeline, entered at its example `start`."""
+    naive = inputs.mode == "naive"
+    reading = records_lib.Reading(
+        seed=seed, pipeline_id=ctx.input_pipeline_id, num_pipelines=ctx.num_input_pipelines,
+        cycle_length=inputs.max_read_parallelism,
+        parallelism=(None if naive else tf.data.AUTOTUNE if inputs.mode == "autotune"
+                     else tuning.read_parallelism),
+        deterministic=inputs.deterministic,
+        # Records are shuffled in windows (seekable); as for the other sharded reads a
+        # window of the full shuffle_buffer would first wait for that many slow reads.
+        window=min(config.shuffle_buffer, 8 * batch), congestion=inputs.congestion)
+    return source.decoded(source.prepared.stream(reading, start, classes),
+                          None if naive else tf.data.AUTOTUNE)
 
 
 # The naive baseline reads nothing ahead: tf.data would otherwise add a prefetch of its
@@ -182,9 +232,11 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     """Per-input-pipeline dataset of (images float32 [b, r, r, c] in [-1, 1], labels int32 [b]).
 
     replica_batches_done: batches each replica already took from this stream (a
-    resumed run); the stream is replayed past them, so it continues exactly where
-    it stopped when its order is deterministic (the cached path is; the sharded
-    path's parallel interleave is not, and service-read streams are not).
+    resumed run). A prepared dataset (dataset.name='records') is entered at that
+    position without reading what came before; other streams are replayed past
+    them. Either way it continues exactly where it stopped when the order is
+    deterministic (input_pipeline.deterministic; streams read through tf.data
+    service are not).
 
     classes: keep only examples of these labels (per-class training); None: all.
     inputs, tuning: how to read (see `input_config`); tuning None: the tuner's start.
@@ -207,10 +259,23 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                                             label),
                       num_parallel_calls=parallel, deterministic=None if naive else True)
 
+    if service and source.prepared is not None:
+        raise ConfigError("input_pipeline.service_workers with dataset.name='records' is not "
+                          "supported: each input pipeline enters its own records stream by "
+                          "position; read prepared datasets in the trainer (service_workers=0)")
+
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = ctx.get_per_replica_batch_size(global_batch_size)
         shuffle_seed = None if service else seed + ctx.input_pipeline_id
-        if inputs.sharded:
+        # Examples this pipeline already delivered (a resumed run): a prepared dataset
+        # is entered there; the other streams are replayed past them (below).
+        done = replica_batches_done * _replicas_per_pipeline(ctx) * batch
+        first_index = 0
+        if source.prepared is not None:
+            ds = fit(_records_stream(source, config, inputs, tuning, ctx, shuffle_seed, batch,
+                                     done, classes))
+            first_index, done = done, 0
+        elif inputs.sharded:
             ds = fit(keep(_sharded_records(source, config.split, inputs, tuning, ctx,
                                            shuffle_seed)))
             # Shards arrive interleaved in a fresh order every epoch already; a
@@ -236,11 +301,11 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                 image, label = example
                 key = tf.stack([tf.constant(flip_seed, tf.int64), index])
                 return tf.image.stateless_random_flip_left_right(image, key), label
-            ds = ds.enumerate().map(flip, num_parallel_calls=parallel,
-                                    deterministic=None if naive else True)
+            ds = ds.enumerate(start=first_index).map(flip, num_parallel_calls=parallel,
+                                                     deterministic=None if naive else True)
         ds = ds.batch(batch, drop_remainder=True)
-        if replica_batches_done:
-            ds = ds.skip(replica_batches_done * _replicas_per_pipeline(ctx))
+        if done:
+            ds = ds.skip(done // batch)
         if service:
             ds = service.distribute(ds, job_name=f"real_{seed}_{ctx.input_pipeline_id}")
         if naive:

@@ -31,12 +31,14 @@ class InputConfig:
     target_stall: float = 0.05
     max_read_parallelism: int = 64
     service_workers: int = 0
+    deterministic: bool = True
     congestion: congestion_lib.Congestion = congestion_lib.Congestion()
+    prepared: bool = False  # the source is a prepared dataset: always streamed from its store
 
     @property
     def sharded(self) -> bool:
         """Read shard by shard every epoch (else: read once, cache in memory)."""
-        return self.mode != "aware" or self.congestion.active
+        return self.mode != "aware" or self.congestion.active or self.prepared
 
     @property
     def tuned(self) -> bool:
@@ -47,7 +49,8 @@ class InputConfig:
 @gin.configurable("input_pipeline")
 def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: int = 0,
                  prefetch: int = 0, adaptive: bool = True, target_stall: float = 0.05,
-                 max_read_parallelism: int = 64, service_workers: int = 0) -> InputConfig:
+                 max_read_parallelism: int = 64, service_workers: int = 0,
+                 deterministic: bool = True) -> InputConfig:
     """The congestion-aware pipeline's settings (ParaGAN section 4).
 
     Args:
@@ -71,6 +74,11 @@ def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: in
         on 127.0.0.1 (data/service.py); 0: in the trainer's own tf.data runtime.
         Each service worker shuffles with its own random seed (identical seeds
         would make every worker deliver the same stream).
+      deterministic: sharded reads deliver records in a fixed order (a function
+        of the seed, the shard count and max_read_parallelism, the interleave's
+        cycle length), so a resumed run continues at the exact example it
+        stopped at; False: records as they arrive (a slow read does not hold
+        back the others; a resume continues "in distribution").
 
     In-memory sources with no injected congestion in aware mode are decoded
     once and cached: nothing to tune there. Injected congestion
@@ -84,7 +92,8 @@ def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: in
         raise ConfigError("input_pipeline: num_shards and max_read_parallelism must be >= 1, "
                           "read_parallelism, prefetch and service_workers >= 0")
     return InputConfig(mode, num_shards, read_parallelism, prefetch, adaptive, target_stall,
-                       max_read_parallelism, service_workers, congestion_lib.congestion_config())
+                       max_read_parallelism, service_workers, deterministic,
+                       congestion_lib.congestion_config())
 
 
 @dataclasses.dataclass(frozen=True)

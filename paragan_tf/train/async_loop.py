@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from paragan_tf.data import class_groups
+from paragan_tf.data import class_list
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
@@ -203,6 +204,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                      "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)
     tf.io.gfile.makedirs(model_dir)
+    logging.info("%s", class_list.describe(exp.source.class_names))
+    class_list.keep_or_check(model_dir, exp.source.class_names, exp.data.name, write=True)
     ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, True, 0, **exp.trackables())
     restored = ckpt.restore_latest()
     start = int(exp.step.numpy())

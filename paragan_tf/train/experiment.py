@@ -84,6 +84,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
                           f"choose one of {sorted(biggan.G_ARCH)}")
     source = pipeline.load_source(data, check=check_data)
+    if source.prepared is not None:
+        input_config = dataclasses.replace(input_config, prepared=True)
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
     strategy = strategy or strategy_lib.make_strategy()

@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from paragan_tf import images as images_lib
 from paragan_tf import sampling
+from paragan_tf.data import class_list
 from paragan_tf.data import pipeline
 from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
@@ -251,6 +252,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     # Multi-worker: only the chief writes to model_dir; the others must still
     # take part in saves (collective), into scratch folders.
     is_chief = extended.should_checkpoint
+    logging.info("%s", class_list.describe(exp.source.class_names))
+    class_list.keep_or_check(model_dir, exp.source.class_names, exp.data.name, write=is_chief)
     ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, is_chief, task_id,
                                     **exp.trackables())
     # Multi-worker: SIGTERM is TensorFlow's handler's business, so that every
@@ -351,6 +354,8 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
                     metrics["perf/read_parallelism"] = tuner.tuning.read_parallelism
                     metrics["perf/prefetch_depth"] = tuner.tuning.prefetch
                 metrics["health/skipped_steps"] = float(exp.health.skipped.numpy())
+                if exp.source.corrupt is not None:
+                    metrics["health/corrupt_images"] = float(exp.source.corrupt.count)
                 metrics["lr/G"] = float(tf.convert_to_tensor(exp.g_optimizer.learning_rate))
                 metrics["lr/D"] = float(tf.convert_to_tensor(exp.d_optimizer.learning_rate))
                 with writer.as_default():
