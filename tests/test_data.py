@@ -209,3 +209,73 @@ def test_per_process_offset_starts_each_process_elsewhere_in_the_stream():
     skip = os.getpid() % 5000
     np.testing.assert_array_equal(offset.numpy(), labels[(skip + np.arange(4)) % 5000])
     np.testing.assert_array_equal(plain.numpy(), labels[:4])
+
+
+def _png(path, array):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tf.io.write_file(str(path), tf.io.encode_png(array))
+
+
+def test_a_greyscale_folder_trains_on_one_channel_unless_told(tmp_path):
+    for i in range(4):
+        _png(tmp_path / ("a" if i % 2 else "b") / f"{i}.png", np.full((9, 9, 1), i, np.uint8))
+    grey = datasets.get_source("image_folder", data_dir=str(tmp_path))
+    assert grey.channels == 1 and next(iter(grey.make("train")))[0].shape[-1] == 1
+    rgb = datasets.get_source("image_folder", data_dir=str(tmp_path), channels=3)
+    assert rgb.channels == 3 and next(iter(rgb.make("train")))[0].shape[-1] == 3
+    _png(tmp_path / "a" / "colour.png", np.full((9, 9, 3), [255, 0, 0], np.uint8))
+    assert datasets.get_source("image_folder", data_dir=str(tmp_path)).channels == 3
+    with pytest.raises(ConfigError, match=r"dataset.channels=3: mnist5k has 1"):
+        pipeline.load_source(_config(channels=3), check=False)
+
+
+def test_a_lazily_checked_folder_skips_a_corrupt_file_once_and_names_it(tmp_path, caplog):
+    for i in range(5):
+        _png(tmp_path / "c" / f"{i}.png", np.full((6, 6, 3), 10 * i, np.uint8))
+    (tmp_path / "c" / "3.png").write_bytes(b"\x89PNG\r\n\x1a\ncut short")
+    source = datasets.get_source("image_folder", data_dir=str(tmp_path), scan_images="lazy")
+    source.check()  # no scan: nothing decoded yet
+    assert source.corrupt.count == 0
+    with caplog.at_level("WARNING"):
+        values = [int(image[0, 0, 0]) for image, _ in source.make("train").repeat(2)]
+    assert sorted(values) == [0, 0, 10, 10, 20, 20, 40, 40]
+    assert source.corrupt.count == 1
+    assert caplog.text.count("skipping corrupt image file") == 1 and "c/3.png" in caplog.text
+    # The negative control: the full scan finds it before anything is read.
+    with pytest.raises(ConfigError, match=r"1 corrupt image file.*c/3\.png"):
+        datasets.get_source("image_folder", data_dir=str(tmp_path), scan_images="full").check()
+
+
+def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
+        tiny_gin, tmp_path, caplog):
+    """The new user's notebook: `.ipynb_checkpoints` inside the folder is skipped (and
+    counted); the class list is printed and kept; a class added later is refused by name
+    on resume, before anything is restored. Lazy checking counts the corrupt file in
+    health/corrupt_images."""
+    import gin  # pylint: disable=import-outside-toplevel
+    from paragan_tf.train import experiment, loop  # pylint: disable=import-outside-toplevel
+    for i in range(6):
+        _png(tmp_path / "data" / ("cat", "dog")[i % 2] / f"{i}.png",
+             np.full((12, 12, 3), 30 * i, np.uint8))
+    _png(tmp_path / "data" / ".ipynb_checkpoints" / "0-checkpoint.png",
+         np.zeros((12, 12, 3), np.uint8))
+    (tmp_path / "data" / "dog" / "labels.csv").write_text("not an image")
+    (tmp_path / "data" / "cat" / "bad.png").write_bytes(b"")
+
+    def train():
+        gin.clear_config()
+        tiny_gin("dataset.name = 'image_folder'", f"dataset.data_dir = '{tmp_path / 'data'}'",
+                 "dataset.scan_images = 'lazy'", "train.total_steps = 2")
+        exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+        return exp, loop.train(exp, str(tmp_path / "run"))
+    with caplog.at_level("INFO"):
+        exp, result = train()
+    assert exp.source.class_names == ("cat", "dog")
+    assert "2 classes: 0=cat, 1=dog" in caplog.text
+    assert "skipped 1 hidden (.ipynb_checkpoints); 1 not an image (dog/labels.csv)" in \
+        caplog.text
+    assert result["health/corrupt_images"] == 1.0
+    assert (tmp_path / "run" / "classes.json").exists()
+    _png(tmp_path / "data" / "ant" / "0.png", np.zeros((12, 12, 3), np.uint8))
+    with pytest.raises(ConfigError, match=r"label 0 was 'cat', is now 'ant'"):
+        train()

@@ -206,7 +206,14 @@ class Records:
             return list(shards), False
         if self.manifest.grouped_by_class:
             wanted = set(classes)
-            return [s for s in shards if s.label in wanted], False
+            mine = [s for s in shards if s.label in wanted]
+            logging.info("records: classes %s: opening %d of %d shards (grouped by class)",
+                         list(classes), len(mine), len(shards))
+            return mine, False
+        logging.warning(
+            "records: %s is not grouped by class: reading all %d shards to keep the classes "
+            "%s (a resumed run replays its stream); prepare it with --group_by_class to open "
+            "only their shards", self.data_dir, len(shards), list(classes))
         return list(shards), True
 
     def stream(self, reading: Reading, start: int = 0,
