@@ -5,6 +5,7 @@
     python bin/bench.py --suite=scaling --output=runs/bench/scaling.json
     python bin/bench.py --suite=straggler --output=runs/bench/straggler.json
     python bin/bench.py --suite=memory --output=runs/bench/memory.json
+    python bin/bench.py --suite=data --output=runs/bench/data.json
 
 Suites (see paragan_tf/bench/): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -12,7 +13,10 @@ of the sequential, the tf.data-AUTOTUNE and the congestion-aware pipeline over
 a latency-bound and a decode-bound congested store),
 scaling (weak scaling of synchronous multi-worker training), straggler (one
 slow worker: sync vs asynchronous parameter-server training), memory (measured
-peak of a training step at 128-1024 px beside the dry run's memory plan). Each runs with
+peak of a training step at 128-1024 px beside the dry run's memory plan), data
+(bin/prepare_dataset.py's throughput and peak memory at 10,000 and 40,000 images,
+start-up to the first batch of image_folder vs records, records streaming rate with
+and without storage latency). Each runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (bench/machine.py): CPU model, cores, ISA
 flags, threads, load before and after, free memory, versions, git commit, UTC
@@ -30,6 +34,7 @@ from absl import flags
 
 import common  # noqa: F401  (pins tf-keras, also for the children's environment)
 from paragan_tf.bench import cluster
+from paragan_tf.bench import data as data_bench
 from paragan_tf.bench import input as input_bench
 from paragan_tf.bench import machine
 from paragan_tf.bench import memory as memory_bench
@@ -37,7 +42,7 @@ from paragan_tf.bench import step as step_bench
 from paragan_tf.errors import ConfigError
 
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
-              memory=memory_bench.memory_suite)
+              memory=memory_bench.memory_suite, data=data_bench.data_suite)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")

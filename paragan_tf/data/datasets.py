@@ -363,7 +363,7 @@ def find_corrupt(files: Sequence[str], channels: int) -> List[str]:
                                                         expand_animations=False))),
         num_parallel_calls=tf.data.AUTOTUNE)
     # A file whose decode fails drops out; the ones missing from the output are corrupt.
-    ds = ds.apply(tf.data.experimental.ignore_errors())
+    ds = ds.ignore_errors()
     readable = {path.decode() for path, _ in ds.as_numpy_iterator()}
     return [f for f in files if f not in readable]
 
