@@ -290,3 +290,23 @@ def test_resuming_from_records_equals_an_uninterrupted_run(tiny_gin, tmp_path, c
     assert "records: pipeline 0 enters epoch 1 at record 2 of 22" in caplog.text
     parallel = _train_records(tiny_gin, tmp_path / "c", 4, data)
     assert sequential == straight and parallel == straight
+
+
+def test_prepare_a_tfds_dataset_keeps_its_labels_and_class_names(tmp_path):
+    from test_data import TinyDigits  # pylint: disable=import-outside-toplevel
+    TinyDigits(data_dir=str(tmp_path / "tfds")).download_and_prepare()
+    prepare.prepare(prepare.Options("tfds:tiny_digits", str(tmp_path / "out"), 16,
+                                    images_per_shard=5, tfds_data_dir=str(tmp_path / "tfds"),
+                                    workers=1), log=lambda _: None)
+    manifest, examples = _read_back(tmp_path / "out")
+    assert [s.count for s in manifest.shards] == [5, 5, 2]
+    assert manifest.classes == ["0", "1", "2", "3"] and manifest.source == "tfds:tiny_digits"
+    # In TFDS's own stored order; TinyDigits' example i is grey level 10 i, label i % 4.
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+    stored = [(int(ex["image"][0, 0, 0]), int(ex["label"])) for ex in tfds.as_numpy(tfds.load(
+        "tiny_digits", split="train", data_dir=str(tmp_path / "tfds"), shuffle_files=False))]
+    assert [(int(image[0, 0, 0]), label) for image, label in examples] == stored
+    assert sorted(stored) == [(10 * i, i % 4) for i in range(12)]
+    with pytest.raises(ConfigError, match="--group_by_class needs every label"):
+        prepare.plan(prepare.Options("tfds:tiny_digits", str(tmp_path / "x"), 16,
+                                     group_by_class=True, tfds_data_dir=str(tmp_path / "tfds")))

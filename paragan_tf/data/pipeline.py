@@ -281,6 +281,15 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             # Shards arrive interleaved in a fresh order every epoch already; a
             # record buffer of the full size would first wait for that many slow reads.
             ds = ds.shuffle(min(config.shuffle_buffer, 8 * batch), seed=shuffle_seed)
+        elif source.records is not None:
+            # Encoded files: shuffle the records (file names or encoded bytes) and decode
+            # after, so the first batch waits for a batch of decodes, not a buffer of them.
+            ds = source.records(config.split)
+            if ctx.num_input_pipelines > 1:
+                ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+            ds = keep(ds).shuffle(config.shuffle_buffer, seed=shuffle_seed,
+                                  reshuffle_each_iteration=True).repeat()
+            ds = fit(source.decoded(ds, parallel))
         else:
             ds = source.make(config.split)
             if ctx.num_input_pipelines > 1:
