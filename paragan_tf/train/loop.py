@@ -9,7 +9,9 @@ Resuming is exact: the checkpoint holds the input state (the noise seed, the
 seed of the current real-image stream and the step that stream began at; the
 input tuner begins a new stream when it changes the read settings), and both
 streams are pure functions of it and of the step, so a resumed run
-fast-forwards them to where the checkpoint left them (`train.resume_input`).
+continues them where the checkpoint left them (`train.resume_input`): a
+prepared dataset is entered at that example (data/records.py), other sources
+are replayed up to it.
 The NaN guard (train/step.py) skips non-finite steps; the loop counts them
 (`health/skipped_steps`) and stops after `train.max_consecutive_skips` in a row.
 """
