@@ -48,11 +48,12 @@ _FEATURES = {"image": tf.io.FixedLenFeature([], tf.string),
 
 
 def example_bytes(encoded: bytes, label: int) -> bytes:
-    """One serialized record."""
+    """One serialized record. Deterministic: protobuf may write a map's entries (the
+    features) in any order, which would change a shard's checksum from run to run."""
     return tf.train.Example(features=tf.train.Features(feature={
         "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[encoded])),
         "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-    })).SerializeToString()
+    })).SerializeToString(deterministic=True)
 
 
 def parse(serialized: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
