@@ -176,6 +176,12 @@ def test_bad_dataset_options_are_config_errors():
         pipeline.dataset_config(fit="stretch")
     with pytest.raises(ConfigError, match="dataset.split='test'"):
         datasets.get_source("mnist5k").make("test")
+    with pytest.raises(ConfigError, match="dataset.scan_images=.*must be"):
+        pipeline.dataset_config(scan_images="sometimes")
+    with pytest.raises(ConfigError, match="apply to image_folder only, not to mnist5k"):
+        pipeline.load_source(_config(scan_images="lazy"), check=False)
+    with pytest.raises(ConfigError, match="apply to image_folder only, not to mnist5k"):
+        pipeline.load_source(_config(skip_corrupt=True), check=False)
 
 
 def test_class_groups_split_the_labels_contiguously():

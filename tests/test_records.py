@@ -102,6 +102,22 @@ def test_a_records_stream_entered_anywhere_equals_the_uninterrupted_stream(
                 full[start:start + 20], (pipelines, start)
 
 
+def test_a_records_stream_builds_inside_a_tf_function(tmp_path):
+    """Parameter-server workers build their datasets inside a tf.function."""
+    manifest = _write_records(tmp_path, [[0] * 5, [1] * 4, [0] * 3])
+    stream = records.Records(str(tmp_path), manifest)
+    reading = records.Reading(seed=1, cycle_length=2, window=3)
+
+    @tf.function
+    def labels_from(start):
+        return stream.stream(reading, start).take(6).reduce(
+            tf.constant(0, tf.int64), lambda total, example: total * 2 + tf.cast(
+                example[1], tf.int64))
+    assert int(labels_from(4)) == int(stream.stream(reading, 4).take(6).reduce(
+        tf.constant(0, tf.int64), lambda total, example: total * 2 + tf.cast(example[1],
+                                                                            tf.int64)))
+
+
 def test_per_class_reading_opens_only_its_shards(tmp_path, caplog):
     grouped = _write_records(tmp_path / "grouped", [[0] * 4, [1] * 3, [2] * 5, [1] * 2])
     assert grouped.grouped_by_class

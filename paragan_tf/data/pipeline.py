@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional, Sequence
 
+from absl import logging
 import gin
 import tensorflow as tf
 
@@ -118,6 +119,14 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
         raise ConfigError(f"dataset.channels={config.channels}: {config.name} has "
                           f"{source.channels} channel(s); the setting applies to "
                           f"{', '.join(_CHANNEL_CHOICE)}")
+    if config.name != "image_folder" and (config.scan_images != "auto" or config.skip_corrupt):
+        raise ConfigError(f"dataset.scan_images and dataset.skip_corrupt apply to image_folder "
+                          f"only, not to {config.name}")
+    if source.prepared is not None and source.prepared.manifest.resolution != config.resolution:
+        logging.warning("dataset.data_dir=%s was prepared at %d px and is fitted to "
+                        "dataset.resolution=%d on every read; prepare it at %d px to save that",
+                        config.data_dir, source.prepared.manifest.resolution,
+                        config.resolution, config.resolution)
     if check:
         source.check()
     return source

@@ -259,7 +259,8 @@ class Records:
         # so such a stream is replayed from its beginning (logged by the caller).
         seek = 0 if must_filter else start // window * window
         epoch, offset = divmod(seek, per_epoch)
-        order = epoch_order(tf.constant(epoch, tf.int64)).numpy()
+        with tf.init_scope():  # eager even where the dataset is built inside a tf.function
+            order = epoch_order(tf.constant(epoch, tf.int64)).numpy()
         state = interleave_state([counts[i] for i in order], cycle, offset)
         if offset:
             logging.info("records: pipeline %d enters epoch %d at record %d of %d: %s", pid,
