@@ -256,7 +256,7 @@ class Records:
         per_epoch = sum(counts)
         window = reading.window
         # Filtering by label after the stream: positions no longer map to records,
-        # so such a stream is replayed from its beginning (logged by the caller).
+        # so such a stream is replayed from its beginning (shards_for says so).
         seek = 0 if must_filter else start // window * window
         epoch, offset = divmod(seek, per_epoch)
         with tf.init_scope():  # eager even where the dataset is built inside a tf.function
