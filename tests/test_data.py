@@ -8,12 +8,12 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
+from tiny_tfds import TinyDigits
 
 
 def _config(**kw):
@@ -114,24 +114,6 @@ def test_image_folder_missing_or_empty_is_a_config_error(tmp_path):
         datasets.get_source("image_folder", data_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="needs dataset.data_dir"):
         datasets.get_source("image_folder")
-
-
-class TinyDigits(tfds.core.GeneratorBasedBuilder):
-    """A 12-example TFDS dataset built offline in the test."""
-
-    VERSION = tfds.core.Version("1.0.0")
-
-    def _info(self):
-        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-            "image": tfds.features.Image(shape=(20, 20, 3)),
-            "label": tfds.features.ClassLabel(num_classes=4)}))
-
-    def _split_generators(self, dl_manager):
-        return {"train": self._generate_examples()}
-
-    def _generate_examples(self):
-        for i in range(12):
-            yield i, {"image": np.full((20, 20, 3), 10 * i, np.uint8), "label": i % 4}
 
 
 def test_tfds_dataset_from_a_prepared_data_dir(tmp_path):

@@ -1,23 +1,31 @@
 """Prepared datasets: the dataset tool, the records stream and its exact resume."""
 
 import collections
+import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
-import sys
 import time
+import zipfile
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_datasets as tfds
 from PIL import Image
 
 from conftest import PYTHON, REPO
+from tiny_tfds import TinyDigits
+from paragan_tf.bench import data as data_bench
 from paragan_tf.data import datasets
 from paragan_tf.data import prepare
 from paragan_tf.data import records
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
 
 
 # ---- the interleave arithmetic, against tf.data itself ------------------------------
@@ -202,11 +210,10 @@ def test_prepare_a_messy_folder_counts_and_labels_everything(tmp_path):
     # Every shard's checksum is its file's.
     for shard in manifest.shards:
         with open(tmp_path / "out" / shard.file, "rb") as f:
-            assert __import__("hashlib").sha256(f.read()).hexdigest() == shard.sha256
+            assert hashlib.sha256(f.read()).hexdigest() == shard.sha256
 
 
 def test_prepare_a_zip_of_greyscale_images_by_class_as_one_channel(tmp_path):
-    import zipfile
     archive = zipfile.ZipFile(tmp_path / "digits.zip", "w")
     rng = np.random.default_rng(0)
     for cls in ("a", "b", "c"):
@@ -278,8 +285,6 @@ def test_an_interrupted_prepare_resumes_to_the_same_shards(tmp_path):
 
 def _train_records(tiny_gin, model_dir, total_steps, data_dir, *extra):
     """Trains (or resumes) the tiny config on a prepared dataset; the weights digest."""
-    from paragan_tf.train import experiment, loop  # pylint: disable=import-outside-toplevel
-    import gin  # pylint: disable=import-outside-toplevel
     gin.clear_config()
     tiny_gin(f"train.total_steps = {total_steps}", "dataset.name = 'records'",
              f"dataset.data_dir = '{data_dir}'", "dataset.shuffle_buffer = 12",
@@ -295,7 +300,6 @@ def test_resuming_from_records_equals_an_uninterrupted_run(tiny_gin, tmp_path, c
     """4 steps straight (parallel reads) against 2 + 2 resumed, once resumed with
     sequential reads and once with parallel ones: 16 real images a step from 22 an
     epoch in windows of 12, so the resume enters epoch 1 inside a shard and a window."""
-    import shutil  # pylint: disable=import-outside-toplevel
     _write_records(tmp_path / "data", [[0] * 7, [1] * 3, [0] * 6, [1] * 1, [1] * 5])
     data = tmp_path / "data"
     straight = _train_records(tiny_gin, tmp_path / "a", 4, data)
@@ -312,7 +316,6 @@ def test_resuming_from_records_equals_an_uninterrupted_run(tiny_gin, tmp_path, c
 
 
 def test_prepare_a_tfds_dataset_keeps_its_labels_and_class_names(tmp_path):
-    from test_data import TinyDigits  # pylint: disable=import-outside-toplevel
     TinyDigits(data_dir=str(tmp_path / "tfds")).download_and_prepare()
     prepare.prepare(prepare.Options("tfds:tiny_digits", str(tmp_path / "out"), 16,
                                     images_per_shard=5, tfds_data_dir=str(tmp_path / "tfds"),
@@ -321,7 +324,6 @@ def test_prepare_a_tfds_dataset_keeps_its_labels_and_class_names(tmp_path):
     assert [s.count for s in manifest.shards] == [5, 5, 2]
     assert manifest.classes == ["0", "1", "2", "3"] and manifest.source == "tfds:tiny_digits"
     # In TFDS's own stored order; TinyDigits' example i is grey level 10 i, label i % 4.
-    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
     stored = [(int(ex["image"][0, 0, 0]), int(ex["label"])) for ex in tfds.as_numpy(tfds.load(
         "tiny_digits", split="train", data_dir=str(tmp_path / "tfds"), shuffle_files=False))]
     assert [(int(image[0, 0, 0]), label) for image, label in examples] == stored
@@ -329,3 +331,15 @@ def test_prepare_a_tfds_dataset_keeps_its_labels_and_class_names(tmp_path):
     with pytest.raises(ConfigError, match="--group_by_class needs every label"):
         prepare.plan(prepare.Options("tfds:tiny_digits", str(tmp_path / "x"), 16,
                                      group_by_class=True, tfds_data_dir=str(tmp_path / "tfds")))
+
+
+@pytest.mark.slow
+def test_the_data_benchmark_on_a_small_folder():
+    result = data_bench.data_suite(sizes=(200,), batches=3, progress=lambda _: None)
+    row = result["sizes"]["200"]
+    assert row["shards"] == 1 and "200 images of 10 classes" in row["prepare"]["summary"]
+    assert row["prepare"]["peak_rss_bytes"] > 100e6  # the tool and a worker, TF loaded
+    assert set(row["startup_seconds"]) == {"image_folder_full_scan", "image_folder_lazy",
+                                           "records"}
+    rates = row["records_images_per_sec"]
+    assert rates["latency_read_parallelism_1"] < rates["no_latency_read_parallelism_1"]

@@ -81,6 +81,10 @@ class Plan:
 
 
 def _check_options(options: Options) -> None:
+    if "://" in options.output:
+        raise ConfigError(f"--output={options.output!r}: the tool writes to a local directory "
+                          f"(it renames finished shards); copy the result to remote storage "
+                          f"afterwards, e.g. `gsutil -m cp -r`, and train from there")
     if options.policy not in POLICIES:
         raise ConfigError(f"--policy={options.policy!r} must be one of {', '.join(POLICIES)}")
     if options.encoding not in ENCODINGS:

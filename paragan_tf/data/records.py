@@ -35,7 +35,6 @@ import os
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
 
 from paragan_tf.data import congestion as congestion_lib
