@@ -51,6 +51,10 @@ def test_tuner_doubles_while_stalled_up_to_its_ceiling_and_only_when_it_can_help
     assert tuner.observe(0.4) and tuner.tuning == tuning.Tuning(8, 4)
     assert tuner.observe(0.4) and tuner.tuning == tuning.Tuning(16, 8)
     assert not tuner.observe(0.4) and tuner.tuning == tuning.Tuning(16, 8)  # ceiling
+    # No more reads than shards open in the interleave: 6 shards stop it at 6.
+    few = tuning.InputTuner(dataclasses.replace(congested, num_shards=6))
+    assert few.observe(0.4) and few.tuning == tuning.Tuning(6, 4)
+    assert not few.observe(0.4)
     # Nothing to tune: cached in-memory reads, the two baselines, or adaptation off.
     untuned = (tuning.InputConfig(), dataclasses.replace(congested, mode="naive"),
                dataclasses.replace(congested, mode="autotune"),

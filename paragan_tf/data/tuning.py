@@ -41,6 +41,11 @@ class InputConfig:
         return self.mode != "aware" or self.congestion.active or self.prepared
 
     @property
+    def read_ceiling(self) -> int:
+        """The most shards read at once: no more than the interleave holds open."""
+        return min(self.max_read_parallelism, self.num_shards)
+
+    @property
     def tuned(self) -> bool:
         """Read parallelism and prefetch are ours to set (and the tuner's to raise)."""
         return self.mode == "aware" and self.sharded
@@ -69,7 +74,8 @@ def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: in
       adaptive: double read parallelism and prefetch (a new input iterator at
         the next log boundary) while perf/input_wait_frac > target_stall.
       target_stall: the input wait fraction the tuner aims below.
-      max_read_parallelism: the tuner's ceiling (prefetch goes to the same).
+      max_read_parallelism: the tuner's ceiling (prefetch goes to the same); reads
+        stop at num_shards too, the most shards the interleave holds open.
       service_workers: read through this many tf.data service workers started
         on 127.0.0.1 (data/service.py); 0: in the trainer's own tf.data runtime.
         Each service worker shuffles with its own random seed (identical seeds
@@ -109,17 +115,17 @@ class InputTuner:
 
     def __init__(self, config: InputConfig):
         self.config = config
-        self.tuning = Tuning(config.read_parallelism or max(4, os.cpu_count() or 1),
-                             config.prefetch or 2)
+        self.tuning = Tuning(min(config.read_parallelism or max(4, os.cpu_count() or 1),
+                                 config.read_ceiling), config.prefetch or 2)
 
     def observe(self, stall_frac: float) -> bool:
         """Feeds one window's input wait fraction; True when the tuning changed."""
         cfg, old = self.config, self.tuning
         if not (cfg.adaptive and cfg.tuned):
             return False
-        if stall_frac <= cfg.target_stall or old.read_parallelism >= cfg.max_read_parallelism:
+        if stall_frac <= cfg.target_stall or old.read_parallelism >= cfg.read_ceiling:
             return False
-        self.tuning = Tuning(min(2 * old.read_parallelism, cfg.max_read_parallelism),
+        self.tuning = Tuning(min(2 * old.read_parallelism, cfg.read_ceiling),
                              min(2 * old.prefetch, cfg.max_read_parallelism))
         logging.info("input stalls %.1f%% of the time (target %.1f%%): read parallelism "
                      "%d -> %d, prefetch %d -> %d", 100 * stall_frac, 100 * cfg.target_stall,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional
 
+from absl import logging
 import tensorflow as tf
 import tf_keras as keras
 
@@ -84,8 +85,13 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
                           f"choose one of {sorted(biggan.G_ARCH)}")
     source = pipeline.load_source(data, check=check_data)
-    if source.prepared is not None:
-        input_config = dataclasses.replace(input_config, prepared=True)
+    if source.prepared is not None:  # read as the shards it was prepared in
+        shards = len(source.prepared.manifest.shards)
+        if input_config.num_shards not in (shards, tuning.InputConfig.num_shards):
+            logging.warning("input_pipeline.num_shards=%d does not apply to dataset.name="
+                            "'records': it is read as its %d shards", input_config.num_shards,
+                            shards)
+        input_config = dataclasses.replace(input_config, prepared=True, num_shards=shards)
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
     strategy = strategy or strategy_lib.make_strategy()
