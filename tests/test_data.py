@@ -256,7 +256,7 @@ def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
                  "dataset.scan_images = 'lazy'", "train.total_steps = 2")
         exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
         return exp, loop.train(exp, str(tmp_path / "run"))
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO", logger="absl"):  # another test may have quietened absl
         exp, result = train()
     assert exp.source.class_names == ("cat", "dog")
     assert "2 classes: 0=cat, 1=dog" in caplog.text

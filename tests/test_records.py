@@ -306,7 +306,7 @@ def test_resuming_from_records_equals_an_uninterrupted_run(tiny_gin, tmp_path, c
     _train_records(tiny_gin, tmp_path / "b", 2, data, "input_pipeline.mode = 'naive'")
     shutil.copytree(tmp_path / "b", tmp_path / "c")
     caplog.clear()
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO", logger="absl"):  # another test may have quietened absl
         sequential = _train_records(tiny_gin, tmp_path / "b", 4, data,
                                     "input_pipeline.mode = 'naive'")
     entered = caplog.text
