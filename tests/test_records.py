@@ -329,7 +329,9 @@ def test_prepare_a_tfds_dataset_keeps_its_labels_and_class_names(tmp_path):
 
 @pytest.mark.slow
 def test_the_data_benchmark_on_a_small_folder():
-    result = data_bench.data_suite(sizes=(200,), batches=3, progress=lambda _: None)
+    # 10 timed batches after 3 of warm-up: past the first shuffle window (8 batches), so
+    # the timed part reads records (3 would all come from the first window's buffer).
+    result = data_bench.data_suite(sizes=(200,), batches=10, progress=lambda _: None)
     row = result["sizes"]["200"]
     assert row["shards"] == 1 and "200 images of 10 classes" in row["prepare"]["summary"]
     assert row["prepare"]["peak_rss_bytes"] > 100e6  # the tool and a worker, TF loaded

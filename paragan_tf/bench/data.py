@@ -130,7 +130,9 @@ def _stream_rate(data_dir: str, resolution: int, batch: int, batches: int, laten
                                     latency_ms, latency_ms / 2, "record"))
     it = iter(pipeline.real_input_fn(source, config, batch, seed=0, inputs=inputs)(
         tf.distribute.InputContext()))
-    for _ in range(3):  # warm-up: the first window and the first shards' opening
+    # Warm-up: the shards' opening and the first shuffle window (8 batches of records,
+    # read before the first batch); every timed batch then costs a batch of reads.
+    for _ in range(3):
         next(it)
     began = time.perf_counter()
     for _ in range(batches):

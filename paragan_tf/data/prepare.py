@@ -296,10 +296,12 @@ def _finished(options: Options, task: ShardTask) -> Optional[dict]:
 
 def _digest(options: Options, plan_: Plan) -> str:
     """Names the plan: the same source listing and options give the same shards."""
-    blob = json.dumps([dataclasses.asdict(dataclasses.replace(options, workers=0)),
-                       plan_.kind, plan_.classes, plan_.channels,
-                       [dataclasses.astuple(t) for t in plan_.tasks]], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(
+        [dataclasses.asdict(dataclasses.replace(options, workers=0)), plan_.kind,
+         plan_.classes, plan_.channels], sort_keys=True).encode())
+    for task in plan_.tasks:  # streamed: a million names need not become one string
+        digest.update(repr(dataclasses.astuple(task)).encode())
+    return digest.hexdigest()[:16]
 
 
 def _claim_output(options: Options, digest: str) -> bool:
