@@ -4,16 +4,20 @@ Both are built by functions of a `tf.distribute.InputContext`, for
 `strategy.distribute_datasets_from_function`: each input pipeline (one per
 worker) reads its own shard and batches at the per-replica batch size.
 
-Real images are read one of two ways (the settings: data/tuning.py):
-  cached   in-memory data with no injected latency: decoded once, cached,
+Real images are read one of four ways (the settings: data/tuning.py):
+  cached   in-memory arrays with no injected latency: fitted once, cached,
            shuffled, repeated;
+  files    encoded files (image folders, TFDS) with no injected latency: the
+           records (names or bytes) shuffled, then decoded every epoch;
   sharded  a slow store (data/congestion.py injects the latency): every epoch
            reads the source as shards ("files") in a shuffled order, one after
-           another (naive), by a parallel interleave whose width and prefetch
-           depth the tuner raises while the trainer measures input stalls
-           (aware), or with tf.data's AUTOTUNE alone (autotune, a baseline),
-           decode AUTOTUNE in the last two; optionally through tf.data service
-           workers (data/service.py).
+           another (naive), by a parallel interleave whose read parallelism and
+           prefetch depth the tuner raises while the trainer measures input
+           stalls (aware), or with tf.data's AUTOTUNE alone (autotune, a
+           baseline), decode AUTOTUNE in the last two; optionally through
+           tf.data service workers (data/service.py);
+  records  a prepared dataset (data/records.py): always read shard by shard
+           as above, and entered at a position instead of replayed on resume.
 
 Noise comes from the pipeline too, as a pure function of (seed, pipeline id,
 example index). That makes a step's noise independent of the replica count

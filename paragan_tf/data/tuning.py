@@ -37,7 +37,8 @@ class InputConfig:
 
     @property
     def sharded(self) -> bool:
-        """Read shard by shard every epoch (else: read once, cache in memory)."""
+        """Read shard by shard every epoch (else: in-memory arrays are cached, encoded
+        files are shuffled by name and decoded as read)."""
         return self.mode != "aware" or self.congestion.active or self.prepared
 
     @property
