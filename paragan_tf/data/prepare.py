@@ -382,8 +382,11 @@ def _run_workers(options: Options, plan_: Plan, todo: Sequence[ShardTask], resul
     progress = context.Value("q", 0)
     workers = min(options.workers or os.cpu_count() or 1, len(todo))
     began, last = time.perf_counter(), time.perf_counter()
+    # Each worker gets the plan without its task list: a task brings its own names, and
+    # a copy of every name per worker would grow with the dataset.
     with context.Pool(workers, initializer=_init_worker,
-                      initargs=(plan_, options, progress)) as pool:
+                      initargs=(dataclasses.replace(plan_, tasks=[]), options,
+                                progress)) as pool:
         pending = pool.imap_unordered(_write_shard, todo)
         remaining = len(todo)
         while remaining:
