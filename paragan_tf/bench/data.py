@@ -29,14 +29,20 @@ import time
 from typing import Dict, Sequence
 
 import numpy as np
+from PIL import Image
+import tensorflow as tf
+
+from paragan_tf.data import congestion as congestion_lib
+from paragan_tf.data import datasets
+from paragan_tf.data import pipeline
+from paragan_tf.data import records
+from paragan_tf.data import tuning
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _write_folder(root: str, count: int, size: int) -> None:
     """`count` PNGs in ten class folders: mnist5k digits enlarged to `size`, tinted per image."""
-    from PIL import Image  # pylint: disable=import-outside-toplevel
-    from paragan_tf.data import datasets  # pylint: disable=import-outside-toplevel
     images, labels = datasets._load_mnist5k()  # pylint: disable=protected-access
     rng = np.random.default_rng(0)
     for c in range(10):
@@ -103,9 +109,6 @@ def _prepare(source: str, output: str, resolution: int, progress) -> dict:
 
 def _first_batch_seconds(name: str, data_dir: str, resolution: int, batch: int,
                          **options) -> float:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from paragan_tf.data import pipeline  # pylint: disable=import-outside-toplevel
-    from paragan_tf.data import tuning  # pylint: disable=import-outside-toplevel
     began = time.perf_counter()
     config = pipeline.DatasetConfig(name, data_dir, "train", resolution, "resize", False,
                                     10_000, False, **options)
@@ -118,10 +121,6 @@ def _first_batch_seconds(name: str, data_dir: str, resolution: int, batch: int,
 
 def _stream_rate(data_dir: str, resolution: int, batch: int, batches: int, latency_ms: float,
                  read_parallelism: int) -> float:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from paragan_tf.data import congestion as congestion_lib  # pylint: disable=import-outside-toplevel
-    from paragan_tf.data import pipeline  # pylint: disable=import-outside-toplevel
-    from paragan_tf.data import tuning  # pylint: disable=import-outside-toplevel
     config = pipeline.DatasetConfig("records", data_dir, "train", resolution, "resize", False,
                                     10_000, False)
     source = pipeline.load_source(config)
@@ -163,7 +162,6 @@ def data_suite(sizes: Sequence[int] = (10_000, 40_000), resolution: int = 64,
                     "image_folder", folder, resolution, batch, scan_images="lazy"),
                 "records": _first_batch_seconds("records", prepared, resolution, batch)}
             progress(f"{count}: start-up {row['startup_seconds']}")
-            from paragan_tf.data import records  # pylint: disable=import-outside-toplevel
             shards = len(records.Manifest.load(prepared).shards)
             row["shards"] = shards
             row["records_images_per_sec"] = {

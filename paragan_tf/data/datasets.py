@@ -53,8 +53,8 @@ class CorruptImages:
         self._seen: set = set()
         self._lock = threading.Lock()
 
-    def report(self, path) -> np.int64:
-        name = path.numpy().decode() if hasattr(path, "numpy") else str(path)
+    def report(self, path: tf.Tensor) -> np.int64:
+        name = path.numpy().decode()  # called through tf.py_function
         with self._lock:
             if name not in self._seen:
                 self._seen.add(name)

@@ -95,10 +95,14 @@ def _check_options(options: Options) -> None:
         raise ConfigError(f"--channels={options.channels} must be 1, 3 or 0 (detect)")
 
 
+def _shard_file(split: str, index: int, total: int) -> str:
+    return f"{split}-{index:05d}-of-{total:05d}.tfrecord"
+
+
 def _shards(split: str, groups: List[Tuple[Optional[int], list]], per_shard: int) -> list:
     chunks = [(label, items[i:i + per_shard]) for label, items in groups
               for i in range(0, len(items), per_shard)]
-    return [ShardTask(i, f"{split}-{i:05d}-of-{len(chunks):05d}.tfrecord", tuple(items), label)
+    return [ShardTask(i, _shard_file(split, i, len(chunks)), tuple(items), label)
             for i, (label, items) in enumerate(chunks)]
 
 
@@ -163,7 +167,7 @@ def _plan_tfds(options: Options) -> Plan:
     total = builder.info.splits[options.split].num_examples
     per = options.images_per_shard
     ranges = [(a, min(a + per, total)) for a in range(0, total, per)]
-    tasks = [ShardTask(i, f"{options.split}-{i:05d}-of-{len(ranges):05d}.tfrecord", r, None)
+    tasks = [ShardTask(i, _shard_file(options.split, i, len(ranges)), r, None)
              for i, r in enumerate(ranges)]
     channels = options.channels or (1 if features["image"].shape[-1] == 1 else 3)
     return Plan("tfds", name, list(features["label"].names), channels, tasks, {}, "", total)
@@ -307,12 +311,10 @@ def _digest(options: Options, plan_: Plan) -> str:
 def _claim_output(options: Options, digest: str) -> bool:
     """Prepares the output directory; True when it already holds this preparation, done."""
     out = options.output
-    manifest_path = os.path.join(out, records.MANIFEST)
     work = os.path.join(out, _WORK)
-    if os.path.exists(manifest_path):
-        with open(manifest_path) as f:
-            if json.load(f).get("plan") == digest:
-                return True
+    if os.path.exists(os.path.join(out, records.MANIFEST)):
+        if records.Manifest.load(out).plan == digest:
+            return True
         raise ConfigError(f"--output={out!r} holds a dataset prepared from another source or "
                           f"with other options; choose a new --output or delete it")
     if os.path.isdir(work):
@@ -337,8 +339,8 @@ def _progress_line(done: int, total: int, rate: float) -> str:
 
 
 def prepare(options: Options, log: Callable[[str], None] = print,
-            progress_every: float = 5.0) -> dict:
-    """Prepares `options.source` into `options.output`; returns the manifest as a dict."""
+            progress_every: float = 5.0) -> records.Manifest:
+    """Prepares `options.source` into `options.output`; returns its manifest."""
     began = time.perf_counter()
     plan_ = plan(options)
     plan_.digest = _digest(options, plan_)
@@ -350,8 +352,7 @@ def prepare(options: Options, log: Callable[[str], None] = print,
         log(plan_.skipped_line)
     if _claim_output(options, plan_.digest):
         log(f"{options.output} already holds this preparation; nothing to do")
-        with open(os.path.join(options.output, records.MANIFEST)) as f:
-            return json.load(f)
+        return records.Manifest.load(options.output)
     results = {t.index: _finished(options, t) for t in plan_.tasks}
     todo = [t for t in plan_.tasks if results[t.index] is None]
     if len(todo) < len(plan_.tasks):
@@ -361,14 +362,14 @@ def prepare(options: Options, log: Callable[[str], None] = print,
     if todo:
         _run_workers(options, plan_, todo, results, already, log, progress_every)
     manifest = _manifest(options, plan_, [results[t.index] for t in plan_.tasks])
-    _atomic_write(os.path.join(options.output, records.MANIFEST), json.dumps(manifest, indent=1))
+    _atomic_write(os.path.join(options.output, records.MANIFEST), manifest.to_json())
     shutil.rmtree(os.path.join(options.output, _WORK))
     seconds = time.perf_counter() - began
-    corrupt = manifest["corrupt"]
+    corrupt = manifest.corrupt
     named = ", ".join(c.split(": ")[0] for c in corrupt[:3]) + (", ..." if len(corrupt) > 3
                                                                else "")
-    log(f"done: {sum(s['count'] for s in manifest['shards']):,} images of "
-        f"{len(manifest['classes'])} classes in {len(manifest['shards'])} shards at "
+    log(f"done: {manifest.num_examples:,} images of "
+        f"{len(manifest.classes)} classes in {len(manifest.shards)} shards at "
         f"{options.resolution} px in {options.output} ({seconds:.1f} s, "
         f"{(plan_.num_images - already) / seconds:,.0f} images/s); {len(corrupt)} corrupt "
         f"file(s) skipped{f' ({named}; all in dataset.json)' if corrupt else ''}, "
@@ -405,20 +406,18 @@ def _run_workers(options: Options, plan_: Plan, todo: Sequence[ShardTask], resul
                 last = now
 
 
-def _manifest(options: Options, plan_: Plan, results: List[dict]) -> dict:
+def _manifest(options: Options, plan_: Plan, results: List[dict]) -> records.Manifest:
     counts = np.zeros(len(plan_.classes), np.int64)
     for r in results:
         for label, n in r["counts"].items():
             counts[int(label)] += n
-    shards = [dict(file=r["file"], count=r["count"], sha256=r["sha256"], bytes=r["bytes"],
-                   label=r["label"]) for r in results if r["count"]]
-    return dict(classes=plan_.classes,
-                counts={name: int(n) for name, n in zip(plan_.classes, counts)},
-                shards=shards, resolution=options.resolution, policy=options.policy,
-                channels=plan_.channels, encoding=options.encoding,
-                split=options.split if plan_.kind == "tfds" else "train",
-                source=os.path.abspath(options.source) if plan_.kind != "tfds"
-                else options.source,
-                grouped_by_class=options.group_by_class,
-                corrupt=[c for r in results for c in r["corrupt"]],
-                skipped=plan_.skipped, plan=plan_.digest, format=records.FORMAT)
+    return records.Manifest(
+        classes=plan_.classes, counts={name: int(n) for name, n in zip(plan_.classes, counts)},
+        shards=[records.Shard(r["file"], r["count"], r["sha256"], r["bytes"], r["label"])
+                for r in results if r["count"]],
+        resolution=options.resolution, policy=options.policy, channels=plan_.channels,
+        encoding=options.encoding, split=options.split if plan_.kind == "tfds" else "train",
+        source=options.source if plan_.kind == "tfds" else os.path.abspath(options.source),
+        grouped_by_class=options.group_by_class,
+        corrupt=[c for r in results for c in r["corrupt"]], skipped=plan_.skipped,
+        plan=plan_.digest)
