@@ -187,18 +187,6 @@ def test_a_label_group_restricts_real_and_noise_labels():
     assert set(noise_labels.numpy().tolist()) == {3, 7}
 
 
-def test_per_process_offset_starts_each_process_elsewhere_in_the_stream():
-    source = datasets.get_source("mnist5k")
-    plain = _first(pipeline.real_input_fn(source, _config(shuffle_buffer=1), 4, seed=0))[1]
-    offset = _first(pipeline.real_input_fn(source, _config(shuffle_buffer=1), 4, seed=0,
-                                           per_process_offset=True))[1]
-    everything = source.make("train").map(lambda image, label: label)
-    labels = np.fromiter(everything.as_numpy_iterator(), np.int64)
-    skip = os.getpid() % 5000
-    np.testing.assert_array_equal(offset.numpy(), labels[(skip + np.arange(4)) % 5000])
-    np.testing.assert_array_equal(plain.numpy(), labels[:4])
-
-
 def _png(path, array):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tf.io.write_file(str(path), tf.io.encode_png(array))

@@ -125,6 +125,28 @@ def test_a_records_stream_builds_inside_a_tf_function(tmp_path):
                                                                             tf.int64)))
 
 
+def test_a_records_stream_seeded_by_a_tensor_equals_the_same_seed_as_a_number(tmp_path):
+    """A parameter-server worker's stream is seeded by a tensor (its worker index)."""
+    manifest = _write_records(tmp_path, [[0] * 5, [1] * 4, [0] * 3])
+    source = datasets.get_source("records", data_dir=str(tmp_path))
+    stream = records.Records(str(tmp_path), manifest)
+
+    def first_ids(seed):
+        reading = records.Reading(seed=seed, cycle_length=2, window=3)
+        return source.decoded(stream.stream(reading)).take(30).map(
+            lambda image, label: tf.cast(image[0, 0, 0], tf.int64))
+
+    @tf.function
+    def from_tensor(seed):
+        return first_ids(seed).batch(30).get_single_element()
+    expected = [int(i) for i in first_ids(7)]
+    assert from_tensor(tf.constant(7, tf.int64)).numpy().tolist() == expected
+    assert from_tensor(tf.constant(8, tf.int64)).numpy().tolist() != expected  # the seed counts
+    with pytest.raises(ValueError, match="part-way"):
+        records.Records(str(tmp_path), manifest).stream(
+            records.Reading(seed=tf.constant(7, tf.int64), window=3), 5)
+
+
 def test_per_class_reading_opens_only_its_shards(tmp_path, caplog):
     grouped = _write_records(tmp_path / "grouped", [[0] * 4, [1] * 3, [2] * 5, [1] * 2])
     assert grouped.grouped_by_class

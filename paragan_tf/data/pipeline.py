@@ -41,7 +41,6 @@ from paragan_tf.data import datasets
 from paragan_tf.data import records as records_lib
 from paragan_tf.data import service as service_lib
 from paragan_tf.data.tuning import InputConfig, InputTuner, Tuning
-from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
 
 InputFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
@@ -212,7 +211,7 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
 
 
 def _records_stream(source: datasets.Source, config: DatasetConfig, inputs: InputConfig,
-                    tuning: Tuning, ctx: tf.distribute.InputContext, seed: int, batch: int,
+                    tuning: Tuning, ctx: tf.distribute.InputContext, seed, batch: int,
                     start: int, classes: Optional[Sequence[int]]) -> tf.data.Dataset:
     """A prepared dataset's examples for this input pipeline, entered at its example `start`."""
     naive = inputs.mode == "naive"
@@ -236,7 +235,7 @@ _NO_PREFETCH.experimental_optimization.inject_prefetch = False
 
 
 def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_size: int,
-                  seed: int, per_process_offset: bool = False,
+                  seed: int, per_worker: bool = False,
                   classes: Optional[Sequence[int]] = None,
                   inputs: InputConfig = InputConfig(),
                   tuning: Optional[Tuning] = None,
@@ -255,10 +254,12 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     inputs, tuning: how to read (see `input_config`); tuning None: the tuner's start.
     service: read through these tf.data service workers (inputs.service_workers).
 
-    per_process_offset: start each process's stream at a position given by the
-    pid of the process running the pipeline. Parameter-server workers all get
-    input pipeline id 0 (and the same shuffle seed: tf.data takes no tensor
-    seeds), so without it every worker would read the same batches in step.
+    per_worker: parameter-server workers (ClusterCoordinator.create_per_worker_dataset).
+    The dataset function is traced once and every worker gets input pipeline id
+    0, so the seed alone would give every worker the same stream; the shuffle is
+    instead seeded by a tensor: the seed plus the index of the worker building
+    it (the coordinator's task index, fixed for a task across restarts), so each
+    worker reads its own reproducible permutation.
     """
     tuning = tuning or InputTuner(inputs).tuning
     naive = inputs.mode == "naive"
@@ -280,6 +281,8 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
         batch = ctx.get_per_replica_batch_size(global_batch_size)
         shuffle_seed = None if service else seed + ctx.input_pipeline_id
+        if per_worker:
+            shuffle_seed = worker_seed(shuffle_seed)
         # Examples this pipeline already delivered (a resumed run): a prepared dataset
         # is entered there; the other streams are replayed past them (below).
         done = replica_batches_done * _replicas_per_pipeline(ctx) * batch
@@ -312,9 +315,6 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                 ds = ds.cache()
             ds = ds.shuffle(config.shuffle_buffer, seed=shuffle_seed,
                             reshuffle_each_iteration=True).repeat()
-        if per_process_offset:
-            pid = tf.strings.to_number(cluster.process_id(), tf.int64)
-            ds = ds.skip(pid % (source.num_examples or config.shuffle_buffer))
         if config.random_flip:
             # Stateless, keyed by the example's position: the same flips on a replay.
             flip_seed = seed + ctx.input_pipeline_id
@@ -334,6 +334,16 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             return ds.with_options(_NO_PREFETCH)
         return ds.prefetch(tuning.prefetch if inputs.tuned else tf.data.AUTOTUNE)
     return input_fn
+
+
+# Seeds of different workers lie this far apart, beyond any `seed + step` a resume adds.
+WORKER_SEED_STRIDE = 1 << 40
+
+
+def worker_seed(seed: int) -> tf.Tensor:
+    """`seed` made distinct per parameter-server worker (call inside a worker's function)."""
+    index = tf.distribute.coordinator.experimental_get_current_worker_index()
+    return tf.constant(seed, tf.int64) + WORKER_SEED_STRIDE * tf.cast(index, tf.int64)
 
 
 def _replicas_per_pipeline(ctx: tf.distribute.InputContext) -> int:

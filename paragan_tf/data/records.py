@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import tensorflow as tf
@@ -176,7 +176,7 @@ def interleave_state(counts: Sequence[int], cycle_length: int,
 class Reading:
     """How one input pipeline reads a prepared dataset (see the module doc)."""
 
-    seed: int
+    seed: Union[int, tf.Tensor]  # a tensor: a stream per parameter-server worker
     pipeline_id: int = 0
     num_pipelines: int = 1
     cycle_length: int = 16  # shards open at once: this and the seed fix the order
@@ -250,7 +250,7 @@ class Records:
         def epoch_order(epoch):
             return tf.random.experimental.stateless_shuffle(
                 tf.range(len(shards), dtype=tf.int64),
-                seed=tf.stack([tf.constant(reading.seed, tf.int64), epoch]))
+                seed=tf.stack([tf.cast(reading.seed, tf.int64), epoch]))
 
         per_epoch = sum(counts)
         window = reading.window
@@ -258,21 +258,27 @@ class Records:
         # so such a stream is replayed from its beginning (shards_for says so).
         seek = 0 if must_filter else start // window * window
         epoch, offset = divmod(seek, per_epoch)
-        with tf.init_scope():  # eager even where the dataset is built inside a tf.function
-            order = epoch_order(tf.constant(epoch, tf.int64)).numpy()
-        state = interleave_state([counts[i] for i in order], cycle, offset)
-        if offset:
+        if offset:  # entering an epoch part-way: where each shard stands, from the counts
+            if isinstance(reading.seed, tf.Tensor):
+                raise ValueError("a records stream seeded per worker (a tensor) cannot be "
+                                 "entered part-way through an epoch")
+            with tf.init_scope():  # eager even where the stream is built in a tf.function
+                order = epoch_order(tf.constant(epoch, tf.int64)).numpy()
+            state = interleave_state([counts[i] for i in order], cycle, offset)
             logging.info("records: pipeline %d enters epoch %d at record %d of %d: %s", pid,
                          epoch, offset, per_epoch, ", ".join(
                              f"{shards[order[i]].file}@{read_}" for i, read_ in state[:cycle]))
-        first = interleave(tf.constant([order[i] for i, _ in state], tf.int64),
-                           tf.constant([n for _, n in state], tf.int64))
+            first = interleave(tf.constant([order[i] for i, _ in state], tf.int64),
+                               tf.constant([n for _, n in state], tf.int64))
+        else:
+            first = interleave(epoch_order(tf.constant(epoch, tf.int64)),
+                               tf.zeros([len(shards)], tf.int64))
         rest = tf.data.Dataset.counter(epoch + 1).flat_map(
             lambda e: interleave(epoch_order(e), tf.zeros([len(shards)], tf.int64)))
         ds = first.concatenate(rest).map(parse)
 
         def shuffle_window(index, batch):
-            key = tf.stack([tf.constant(reading.seed, tf.int64) + 1, index])
+            key = tf.stack([tf.cast(reading.seed, tf.int64) + 1, index])
             order = tf.random.experimental.stateless_shuffle(tf.range(tf.shape(batch[1])[0]),
                                                              seed=key)
             return tf.gather(batch[0], order), tf.gather(batch[1], order)

@@ -87,7 +87,7 @@ class _Closures:
             step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg))
         real_fn = pipeline.real_input_fn(exp.source, exp.data, batch,
                                          cfg.seed * 1_000_003 + start,
-                                         per_process_offset=True, classes=classes,
+                                         per_worker=True, classes=classes,
                                          inputs=exp.input_config)
         real_it = iter(coordinator.create_per_worker_dataset(
             lambda: strategy.distribute_datasets_from_function(real_fn)))
