@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from typing import Callable, Dict, List, Optional
 
@@ -97,9 +98,50 @@ def scaling(per_worker_batch: int = 32, steps: int = 30, progress=print,
             "per_step_1": parts[1], "per_step_2": parts[2]}
 
 
+def _round_times(log_path: str) -> List[tuple]:
+    """(round, seconds) of the asynchronous chief's progress lines, from absl's timestamps."""
+    found = []
+    with open(log_path) as f:
+        for line in f:
+            match = re.search(r"\[chief:0\] I\d{4} (\d+):(\d+):([\d.]+) .* round (\d+)/", line)
+            if match:
+                h, m, s, rounds = match.groups()
+                found.append((int(rounds), int(h) * 3600 + int(m) * 60 + float(s)))
+    return found
+
+
+def async_rates(log_path: str, images_per_round: int) -> dict:
+    """Images/s of an asynchronous run from its progress lines: over the whole run after the
+    first line (start-up and tracing left out), and per log window (a dip there is a
+    barrier at log lines)."""
+    times = _round_times(log_path)
+    if len(times) < 3:
+        raise RuntimeError(f"{log_path}: fewer than 3 progress lines to time rounds by")
+    (r0, t0), (r1, t1) = times[0], times[-1]
+    windows = [(b[0] - a[0]) * images_per_round / (b[1] - a[1])
+               for a, b in zip(times, times[1:]) if b[1] > a[1]]
+    return {"images_per_sec": (r1 - r0) * images_per_round / (t1 - t0),
+            "window_images_per_sec": windows}
+
+
+def closures_by_task(model_dir: str) -> Dict[str, int]:
+    """Closures each worker task ran (async_workers.json counts them by process id)."""
+    with open(os.path.join(model_dir, "async_workers.json")) as f:
+        by_process = json.load(f)["closures_by_process"]
+    with open(os.path.join(model_dir, "launch.json")) as f:
+        task_of = {str(pid): task for task, pid in json.load(f).items()}
+    return {task_of.get(pid, f"pid {pid}"): n for pid, n in sorted(by_process.items())}
+
+
 def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float = 0.5,
-              max_staleness: int = 4, progress=print, work_dir: Optional[str] = None) -> dict:
-    """2 workers, one at (1 - slow_fraction) speed: sync MWMS vs async parameter server."""
+              max_staleness: int = 4, log_every: int = 2, progress=print,
+              work_dir: Optional[str] = None) -> dict:
+    """2 workers, one at (1 - slow_fraction) speed: sync MWMS vs async parameter server.
+
+    The asynchronous run logs every `log_every` rounds, often enough that a barrier at
+    log lines would show: in its rate, in the per-window rates, and in the fast worker's
+    share of the closures (about 1 / (1 - slow_fraction) of the slow one's without one).
+    """
     slow = dict(num_workers=2, slow_task="worker:1", slow_fraction=slow_fraction)
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         sync = _run("sync", tmp, progress,
@@ -107,18 +149,23 @@ def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float 
                     + _steps(steps, steps // 2), **slow)
         # Async: a round is d_steps D closures + 1 G closure of per_worker_batch each,
         # so twice the rounds of the sync run train on the same number of images.
-        asynchronous = _run("async", tmp, progress,
-                            [PS, f"train.batch_size={per_worker_batch}",
-                             f"async_train.max_staleness={max_staleness}"]
-                            + _steps(2 * steps, steps), num_ps=1, **slow)
-        with open(os.path.join(tmp, "async", "async_workers.json")) as f:
-            closures = json.load(f)["closures_by_process"]
-    s, a = sync["perf/images_per_sec"], asynchronous["perf/images_per_sec"]
+        _run("async", tmp, progress,
+             [PS, f"train.batch_size={per_worker_batch}",
+              f"async_train.max_staleness={max_staleness}"]
+             + _steps(2 * steps, log_every), num_ps=1, **slow)
+        rates = async_rates(os.path.join(tmp, "async.log"), per_worker_batch * 2)
+        closures = closures_by_task(os.path.join(tmp, "async"))
+    s, a = sync["perf/images_per_sec"], rates["images_per_sec"]
+    windows = sorted(rates["window_images_per_sec"])
     return {"suite": "straggler", "config": CONFIG, "per_worker_batch": per_worker_batch,
             "slow_task": "worker:1", "slow_fraction": slow_fraction,
-            "max_staleness": max_staleness, "sync_images_per_sec": s,
-            "async_images_per_sec": a, "async_over_sync": a / s,
-            "async_closures_by_worker_process": closures}
+            "max_staleness": max_staleness, "async_log_every": log_every,
+            "sync_images_per_sec": s, "async_images_per_sec": a, "async_over_sync": a / s,
+            "async_window_images_per_sec": rates["window_images_per_sec"],
+            "async_slowest_window_over_median": windows[0] / windows[len(windows) // 2],
+            "async_closures_by_worker": closures,
+            "async_fast_over_slow_closures": closures.get("worker:0", 0)
+            / max(closures.get("worker:1", 0), 1)}
 
 
 SUITES = {"scaling": scaling, "straggler": straggler}
