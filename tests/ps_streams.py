@@ -38,6 +38,7 @@ def _pid_offset(fn, examples: int):
 
 
 def main(batches: int) -> None:
+    tf.random.set_seed(0)  # as the trainer (keras.utils.set_random_seed(train.seed))
     strategy = tf.distribute.experimental.ParameterServerStrategy(
         tf.distribute.cluster_resolver.TFConfigClusterResolver())
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)

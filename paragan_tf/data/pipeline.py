@@ -28,6 +28,7 @@ noise position be checkpointed with the iterator.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Callable, Optional, Sequence
 
@@ -279,10 +280,13 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                           "position; read prepared datasets in the trainer (service_workers=0)")
 
     def input_fn(ctx: tf.distribute.InputContext) -> tf.data.Dataset:
-        batch = ctx.get_per_replica_batch_size(global_batch_size)
-        shuffle_seed = None if service else seed + ctx.input_pipeline_id
         if per_worker:
-            shuffle_seed = worker_seed(shuffle_seed)
+            with _graph_seed_cleared():
+                return build(ctx, worker_seed(seed + ctx.input_pipeline_id))
+        return build(ctx, None if service else seed + ctx.input_pipeline_id)
+
+    def build(ctx: tf.distribute.InputContext, shuffle_seed) -> tf.data.Dataset:
+        batch = ctx.get_per_replica_batch_size(global_batch_size)
         # Examples this pipeline already delivered (a resumed run): a prepared dataset
         # is entered there; the other streams are replayed past them (below).
         done = replica_batches_done * _replicas_per_pipeline(ctx) * batch
@@ -334,6 +338,23 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
             return ds.with_options(_NO_PREFETCH)
         return ds.prefetch(tuning.prefetch if inputs.tuned else tf.data.AUTOTUNE)
     return input_fn
+
+
+@contextlib.contextmanager
+def _graph_seed_cleared():
+    """Lets tf.data take tensor seeds while a global seed of 0 is set.
+
+    tf.data checks its seeds in Python against (0, 0), and with the graph seed 0
+    (keras.utils.set_random_seed(0)) that compares the tensor too: "using a symbolic
+    tf.Tensor as a Python bool". Every random op of the pipeline has its own seed, so
+    the graph seed is cleared while the pipeline is built.
+    """
+    graph = tf.compat.v1.get_default_graph()
+    saved, graph.seed = graph.seed, None
+    try:
+        yield
+    finally:
+        graph.seed = saved
 
 
 # Seeds of different workers lie this far apart, beyond any `seed + step` a resume adds.
