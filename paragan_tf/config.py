@@ -67,3 +67,11 @@ def _one_line(error: Exception) -> str:
     return lines[0] + (f" ({where[0]}: {lines[lines.index(where[0]) + 1]})"
                        if where and lines.index(where[0]) + 1 < len(lines) else
                        f" ({where[0]})" if where else "")
+
+
+def bound(name: str, default=None):
+    """The value the parsed gin config binds to `name` ('scope.parameter'), else `default`."""
+    try:
+        return gin.query_parameter(name)
+    except ValueError:  # not bound: the default applies
+        return default

@@ -5,12 +5,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 
+import gin
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from conftest import PYTHON, REPO
 from paragan_tf.distribute import launcher
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import async_loop
+from paragan_tf.train import config as train_config
+from paragan_tf.train import experiment
 
 pytestmark = pytest.mark.slow
 
@@ -62,3 +70,114 @@ def test_each_worker_reads_its_own_permutation_and_the_pid_offset_scheme_did_not
     assert new["overlap"] <= bound, report
     # The negative control: consecutive pids shift one permutation by a few examples.
     assert old["overlap"] > bound, report
+
+
+def _buffer_run(chief: str, delay: float, *flags: str) -> dict:
+    out = subprocess.run([PYTHON, "tests/ps_buffer.py", str(delay), *flags], cwd=REPO,
+                         env=dict(os.environ, TF_CONFIG=chief), capture_output=True,
+                         text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_d_closures_train_on_the_buffer_while_a_g_closure_is_still_running():
+    delay = 4.0
+    with _servers() as chief:
+        free = _buffer_run(chief, delay)
+        handoff = _buffer_run(chief, delay, "--handoff")
+    print(free, handoff)
+    # The slow G closure holds one worker; the three D closures run on the other, on the
+    # fakes the buffer was filled with (no G update yet: age 0), and are done before it.
+    assert free["g_done"] >= delay
+    assert max(free["d_done"]) < free["g_done"], free
+    assert free["sample_age"] == [0.0, 0.0, 0.0]
+    # The negative control: D closures handed G's result wait for it.
+    assert min(handoff["d_done"]) > handoff["g_done"], handoff
+
+
+def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog):
+    def check(*bindings):
+        gin.clear_config()
+        tiny_gin(*bindings)
+        exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+        async_loop.check_settings(exp, train_config.async_config())
+
+    for binding, name in (("train.simultaneous = True", "train.simultaneous=True"),
+                          ("train.profile_steps = 2", "train.profile_steps=2"),
+                          ("eval.every_steps = 2", "eval.every_steps=2"),
+                          ("input_pipeline.service_workers = 1",
+                           "input_pipeline.service_workers=1")):
+        with pytest.raises(ConfigError, match=re.escape(name) + " is not available under "
+                           "strategy.kind='parameter_server'"):
+            check(binding)
+    with pytest.raises(ConfigError, match=r"train.accumulation=2 is not available with "
+                       r"async_train.mode='sample_buffer'"):
+        check("train.accumulation = 2", "async_train.mode = 'sample_buffer'")
+    with caplog.at_level("WARNING", logger="absl"):
+        check("train.resume_input = 'reshuffle'", "train.deterministic = True",
+              "async_train.mode = 'sample_buffer'", "async_train.max_staleness = 3")
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    for name in ("train.steps_per_loop=2", "train.resume_input='reshuffle'",
+                 "train.deterministic=True", "async_train.max_staleness=3"):
+        assert f"{name} does not apply under strategy.kind='parameter_server'" in warned, name
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="absl"):  # the negative control: left unbound
+        check()
+    warned = " ".join(r.getMessage() for r in caplog.records)
+    assert "train.steps_per_loop=2 does not apply" in warned  # gin/tiny.gin binds it
+    assert "resume_input" not in warned and "deterministic" not in warned
+    assert "max_staleness" not in warned and "buffer_depth" not in warned
+
+
+def _ps_launch(model_dir, *bindings):
+    from test_scale_out import Launch
+    return Launch(model_dir, "--num_ps=1", "--gin_bindings=strategy.kind='parameter_server'",
+                  *[f"--gin_bindings={b}" for b in bindings])
+
+
+def test_async_nan_guard_counts_skipped_rounds_and_stops_a_diverged_run(tmp_path):
+    # As the synchronous test: D's learning rate of 1e38 makes every later D update
+    # non-finite.
+    model_dir = tmp_path / "diverge"
+    run = _ps_launch(model_dir, "train.total_steps=200", "train.log_every=1",
+                     "train.checkpoint_every=1", "train.max_consecutive_skips=3",
+                     "train.max_to_keep=300", "D/optimizer.learning_rate=1e38")
+    assert run.finish() == 1, run.output()[-3000:]
+    out = run.output()
+    assert re.search(r"train.py: error: 3 consecutive rounds \(to round \d+\) had an update "
+                     r"with a non-finite loss or gradient, skipped \(train."
+                     r"max_consecutive_skips=3\); the newest checkpoint \(\S+ckpt-\d+\)", out)
+    written = tf_checkpoints(model_dir)
+    assert written
+    for path in written:  # the skipped updates left no non-finite weights or SN vectors
+        reader = tf.train.load_checkpoint(path)
+        for name, dtype in reader.get_variable_to_dtype_map().items():
+            if dtype.is_floating:
+                assert np.all(np.isfinite(reader.get_tensor(name))), (path, name)
+    events = tf.io.gfile.glob(os.path.join(str(model_dir), "events.out.tfevents.*"))
+    skipped = [tf.make_ndarray(v.tensor).item() for e in events
+               for ev in tf.compat.v1.train.summary_iterator(e) for v in ev.summary.value
+               if v.tag == "health/skipped_steps"]
+    assert skipped and max(skipped) >= 1, skipped
+
+
+def tf_checkpoints(model_dir):
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    return list(state.all_model_checkpoint_paths) if state else []
+
+
+def test_the_sample_buffer_trainer_runs_end_to_end_and_reports_sample_age(tmp_path):
+    model_dir = tmp_path / "buffer"
+    run = _ps_launch(model_dir, "async_train.mode='sample_buffer'", "async_train.buffer_depth=3",
+                     "train.total_steps=30", "train.log_every=10", "train.checkpoint_every=15")
+    assert run.finish() == 0, run.output()[-3000:]
+    out = run.output()
+    assert "asynchronous training (mode 'sample_buffer')" in out
+    assert "a sample buffer of 3 batches, as many rounds in flight" in out
+    assert "sample buffer: 3 of 3 slots filled from the current G" in out
+    ages = [float(a) for a in re.findall(r"sample age ([\d.]+)", out)]
+    assert len(ages) == 3 and all(0.0 <= a <= 3 * 2 for a in ages), ages
+    with open(model_dir / "train_result.json") as f:
+        result = json.load(f)
+    assert result["step"] == 30 and "async/sample_age" in result
+    assert os.path.exists(model_dir / "ckpt-30.index")

@@ -7,19 +7,12 @@ serves until killed. The coordinator (the chief task) sends them work.
 from __future__ import annotations
 
 from absl import logging
-import gin
 import tensorflow as tf
 
+from paragan_tf import config as config_lib
 from paragan_tf.distribute import cluster
 
 SERVER_TASKS = ("worker", "ps")
-
-
-def _bound(name: str, default):
-    try:
-        return gin.query_parameter(name)
-    except ValueError:  # not bound in gin: the default
-        return default
 
 
 def serve_if_server_task() -> bool:
@@ -27,7 +20,7 @@ def serve_if_server_task() -> bool:
 
     Returns False (at once) for every other process.
     """
-    if _bound("strategy.kind", "one_device") != "parameter_server":
+    if config_lib.bound("strategy.kind", "one_device") != "parameter_server":
         return False
     resolver = cluster.resolver()
     task_type, index = cluster.task_of(resolver)
@@ -37,7 +30,7 @@ def serve_if_server_task() -> bool:
     # at once (a closure blocks on reads from the parameter servers, the coordinator
     # fetches results), and with one inter-op thread they deadlock.
     config = tf.compat.v1.ConfigProto(
-        intra_op_parallelism_threads=_bound("strategy.intra_op_threads", 0))
+        intra_op_parallelism_threads=config_lib.bound("strategy.intra_op_threads", 0))
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type, task_index=index,
                                   protocol=resolver.rpc_layer or "grpc", config=config,
                                   start=True)

@@ -4,10 +4,26 @@ This process is the coordinator. G, D, EMA G and the optimizers live on the
 parameter servers. A round t is `d_steps` D-update closures and one G-update
 closure, scheduled with no dependency between them: each reads whatever G and
 D the servers hold when it runs, so G_{t+1} is computed against D_t while D
-is being updated (PARAGAN.md section 2), and a slow or lost worker stalls
-nobody. The staleness bound: round t is scheduled only once round
-t - max_staleness has finished, so a closure misses at most the updates of
-the `max_staleness` most recent rounds.
+is being updated (PARAGAN.md section 2). The staleness bound: round t is
+scheduled only once round t - max_staleness has finished, so a closure misses
+at most the updates of the `max_staleness` most recent rounds.
+
+No barrier but checkpoints: rounds are collected in order as they finish (their
+metrics, the NaN guard's counts, the EMA update), and a log line reports what
+has finished without waiting for the closures still running, a straggler's
+included. Only a checkpoint waits for every scheduled round, so it holds an
+exact round.
+
+Rules of the asynchronous run (the synchronous trainer's settings that mean
+nothing here are refused or warned about by name in `check_settings`):
+- each worker reads its own shuffle of the data, seeded by its worker index
+  (data/pipeline.py, per_worker); a resumed run starts fresh shuffles;
+- the EMA generator is updated by the coordinator, once per finished G round, in
+  round order: closures running at once never read-modify-write it together;
+- the NaN guard skips a non-finite update inside its closure and puts back the
+  forward state that closure's passes changed; the coordinator counts rounds
+  with a skipped update (`health/skipped_steps`) and stops the run after
+  `train.max_consecutive_skips` of them in a row (errors.Diverged).
 
 Failures (RELIABILITY.md): a lost worker's closure is re-run elsewhere by the
 ClusterCoordinator, and a restarted worker is re-admitted; the step counter
@@ -31,18 +47,21 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf import config as gin_config
 from paragan_tf.data import class_groups
 from paragan_tf.data import class_list
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
+from paragan_tf.errors import Diverged
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as sync_loop
 from paragan_tf.train import preemption
+from paragan_tf.train import sample_buffer
 from paragan_tf.train import step as step_lib
 
 
@@ -76,9 +95,15 @@ class _Watchdog(threading.Thread):
 
 
 class _Closures:
-    """The D-update and G-update closures of the workers, and their per-worker input."""
+    """The D-update and G-update closures of the workers, and their per-worker input.
 
-    def __init__(self, exp: experiment_lib.Experiment, coordinator, start: int):
+    mode 'closures': a D closure generates its fakes with the G the servers hold.
+    mode 'sample_buffer' (ParaGAN's): a G closure also writes the fakes it generated
+    into a SampleBuffer, and a D closure trains on the newest batch there.
+    """
+
+    def __init__(self, exp: experiment_lib.Experiment, coordinator, start: int,
+                 options: config_lib.AsyncConfig):
         cfg, strategy = exp.config, exp.strategy
         k, batch, d_steps = cfg.accumulation, cfg.batch_size, cfg.d_steps
         dim_z, classes = exp.generator.dim_z, exp.classes
@@ -86,54 +111,96 @@ class _Closures:
             exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
             step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg))
         real_fn = pipeline.real_input_fn(exp.source, exp.data, batch,
-                                         cfg.seed * 1_000_003 + start,
-                                         per_worker=True, classes=classes,
-                                         inputs=exp.input_config)
-        real_it = iter(coordinator.create_per_worker_dataset(
+                                         cfg.seed * 1_000_003 + start, per_worker=True,
+                                         classes=classes, inputs=exp.input_config)
+        self.real_it = iter(coordinator.create_per_worker_dataset(
             lambda: strategy.distribute_datasets_from_function(real_fn)))
         d_seed, g_seed = cfg.seed * 2 + 1, cfg.seed * 2 + 2
+        self.coordinator = coordinator
+        self.buffer = buffer = None
+        if options.mode == "sample_buffer":
+            resolution = exp.data.resolution
+            self.buffer = buffer = sample_buffer.SampleBuffer(
+                strategy, options.buffer_depth, batch,
+                (resolution, resolution, exp.source.channels), dim_z, near=exp.step)
+        g_iterations = exp.g_optimizer.iterations
 
         @tf.function(autograph=False)
         def d_closure(iterator, index):
             real = [next(iterator) for _ in range(k)]
-            noise = [_noise(index * k + i, d_seed, batch, dim_z, classes) for i in range(k)]
-
-            def update(real, noise):
-                loss, grads, real_sum, fake_sum = gan_step.d_gradients(real, noise)
-                return {"loss/D": loss, "grad_norm/D": gan_step.apply_d(loss, grads),
-                        "logits/real": real_sum / float(batch * k),
-                        "logits/fake": fake_sum / float(batch * k)}
-            return dict(strategy.run(update, args=(real, noise)), process=cluster.process_id())
+            if buffer is None:
+                noise = [_noise(index * k + i, d_seed, batch, dim_z, classes)
+                         for i in range(k)]
+                out = strategy.run(gan_step.d_update, args=(real, noise))
+            else:  # accumulation is 1 (config.AsyncConfig checks)
+                fakes, labels, z, version = buffer.read()
+                out = strategy.run(gan_step.d_update, args=(real, [(z, labels)]),
+                                   kwargs=dict(fakes=[fakes]))
+                out["async/sample_age"] = tf.cast(g_iterations - version, tf.float32)
+            return dict(out, process=cluster.process_id())
 
         @tf.function(autograph=False)
         def g_closure(index):
             noise = [_noise(index * k + i, g_seed, batch, dim_z, classes) for i in range(k)]
+            if buffer is None:
+                out = strategy.run(gan_step.g_update, args=(noise,))
+            else:
+                version = g_iterations.read_value()  # the G that generates the fakes
 
-            def update(noise):
-                loss, grads = gan_step.g_gradients(noise)
-                return {"loss/G": loss, "grad_norm/G": gan_step.apply_g(loss, grads)}
-            out = strategy.run(update, args=(noise,))
-            exp.ema.update(index)  # G update number `index`
+                def store(fakes, healthy):  # only fakes of a G whose update was finite
+                    tf.cond(healthy, lambda: buffer.write(index, fakes[0], noise[0][1],
+                                                          noise[0][0], version),
+                            lambda: tf.constant(False))
+                with tf.control_dependencies([version]):
+                    out = strategy.run(gan_step.g_update, args=(noise,),
+                                       kwargs=dict(on_fakes=store))
             return dict(out, process=cluster.process_id())
+
+        @tf.function(autograph=False)
+        def fill_closure(slot):
+            # Noise of negative closure numbers: apart from every training closure's.
+            z, labels = _noise(-1 - slot, g_seed, batch, dim_z, classes)
+            fakes = exp.generator((z, labels), training=True)
+            return buffer.write(slot, fakes, labels, z, g_iterations.read_value())
 
         def schedule(round_index: int) -> list:
             values = [coordinator.schedule(d_closure, args=(
-                real_it, tf.constant(round_index * d_steps + j, tf.int64)))
+                self.real_it, tf.constant(round_index * d_steps + j, tf.int64)))
                 for j in range(d_steps)]
             values.append(coordinator.schedule(
                 g_closure, args=(tf.constant(round_index, tf.int64),)))
             return values
         self.schedule = schedule
+        self.d_closure, self.g_closure, self._fill_closure = d_closure, g_closure, fill_closure
+
+    def fill_buffer(self) -> None:
+        """Fills every slot of the sample buffer from the current G (before the first round)."""
+        for slot in range(self.buffer.depth):
+            self.coordinator.schedule(self._fill_closure,
+                                      args=(tf.constant(slot, tf.int64),))
+        self.coordinator.join()
+        logging.info("sample buffer: %d of %d slots filled from the current G",
+                     self.buffer.filled(), self.buffer.depth)
 
 
 class _InFlight:
-    """Scheduled rounds, oldest first; finishing one collects its closures' metrics."""
+    """Scheduled rounds, oldest first; finishing one collects its closures' results.
 
-    def __init__(self, exp: experiment_lib.Experiment, finished: int, watchdog: _Watchdog):
+    Finishing round t (in order) counts its closures per worker process, adds its
+    metrics to the log window, counts a skipped update for the NaN guard and
+    updates the EMA generator from G: the one place the EMA is written.
+    """
+
+    def __init__(self, exp: experiment_lib.Experiment, finished: int, watchdog: _Watchdog,
+                 latest_checkpoint):
         self.exp, self.finished, self.watchdog = exp, finished, watchdog
+        self.latest_checkpoint = latest_checkpoint
         self.rounds = collections.deque()
         self.window = collections.defaultdict(list)
         self.by_process = collections.Counter()
+        self.skipped = int(exp.health.skipped.numpy())
+        self.consecutive = int(exp.health.consecutive.numpy())
+        self._ema_update = tf.function(exp.ema.update, autograph=False)
 
     def __len__(self) -> int:
         return len(self.rounds)
@@ -142,6 +209,7 @@ class _InFlight:
         self.rounds.append(values)
 
     def finish_oldest(self) -> None:
+        skipped = False
         for value in self.rounds.popleft():
             try:
                 out = value.fetch()
@@ -154,54 +222,105 @@ class _InFlight:
                 self.by_process["lost"] += 1
                 continue
             self.by_process[out.pop("process").decode()] += 1
+            skipped = skipped or out.pop("health/skipped") > 0.5
             for key, metric in out.items():
-                self.window[key].append(metric)
+                if np.isfinite(metric):
+                    self.window[key].append(metric)
+        # G update number `finished` is in (or skipped): one EMA step, as the sync loop's.
+        self._ema_update(tf.constant(self.finished, tf.int64))
+        self.skipped += skipped
+        self.consecutive = self.consecutive + 1 if skipped else 0
         self.finished += 1
         self.watchdog.last = time.monotonic()
+        limit = self.exp.config.max_consecutive_skips
+        if self.consecutive >= limit:
+            raise Diverged(
+                f"{self.consecutive} consecutive rounds (to round {self.finished}) had an "
+                f"update with a non-finite loss or gradient, skipped (train."
+                f"max_consecutive_skips={limit}); the newest checkpoint "
+                f"({self.latest_checkpoint()}) holds the last finite weights: lower the "
+                f"learning rates or check the input data")
 
     def drain(self) -> None:
         while self.rounds:
             self.finish_oldest()
 
+    def store_health(self) -> None:
+        """The NaN guard's counts into the checkpointed variables."""
+        self.exp.health.skipped.assign(self.skipped)
+        self.exp.health.consecutive.assign(self.consecutive)
+
     def take_window(self) -> Dict[str, float]:
         """Mean metrics of the rounds finished since the last call."""
         metrics = {key: float(np.mean(v)) for key, v in self.window.items()}
         self.window.clear()
+        metrics["health/skipped_steps"] = float(self.skipped)
         return metrics
 
 
-def _describe(exp: experiment_lib.Experiment, start: int, max_staleness: int) -> None:
+def _describe(exp: experiment_lib.Experiment, start: int,
+              options: config_lib.AsyncConfig) -> None:
     spec = cluster.resolver().cluster_spec().as_dict()
     # Partitioned variables show up as their shards, named <variable>/part_<i>.
     variables = [v for m in (exp.generator, exp.discriminator) for v in m.variables]
     placement = collections.Counter(v.device.split("/device:")[0] for v in variables)
     sharded = {v.name.split("/part_")[0] for v in variables if "/part_" in v.name}
-    logging.info("asynchronous training of %s from round %d to %d on %d worker(s), %d ps; "
-                 "batch %d per closure, max staleness %d; G and D variables per task %s, "
-                 "%d of them split across parameter servers", exp.source.name, start,
+    staleness = (f"a sample buffer of {options.buffer_depth} batches, as many rounds in "
+                 f"flight" if options.mode == "sample_buffer" else
+                 f"max staleness {options.max_staleness} rounds")
+    logging.info("asynchronous training (mode %r) of %s from round %d to %d on %d worker(s), "
+                 "%d ps; batch %d per closure, %s; G and D variables per task %s, %d of them "
+                 "split across parameter servers", options.mode, exp.source.name, start,
                  exp.config.total_steps, len(spec.get("worker", [])), len(spec.get("ps", [])),
-                 exp.config.batch_size, max_staleness, dict(placement), len(sharded))
+                 exp.config.batch_size, staleness, dict(placement), len(sharded))
+
+
+def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConfig) -> None:
+    """Refuses, or warns about, every setting the asynchronous trainer cannot honour."""
+    cfg = exp.config
+    if options.mode == "sample_buffer" and cfg.accumulation > 1:
+        raise ConfigError(f"train.accumulation={cfg.accumulation} is not available with "
+                          f"async_train.mode='sample_buffer': the buffer holds single "
+                          f"batches; use a larger train.batch_size instead")
+    refused = {
+        "input_pipeline.service_workers": (exp.input_config.service_workers, "every worker "
+                                           "already runs its own input pipeline; set it to 0"),
+        "eval.every_steps": (evaluator_lib.eval_config().every_steps, "the coordinator has no "
+                             "replicas to generate on; evaluate beside it with bin/eval.py "
+                             "--watch"),
+        "train.profile_steps": (cfg.profile_steps, "the steps run on the workers, the "
+                                "coordinator would trace only its dispatching; set it to 0"),
+        "train.simultaneous": (cfg.simultaneous, "every asynchronous G closure already reads "
+                               "whichever D the servers hold; set it to False"),
+    }
+    for name, (value, why) in refused.items():
+        if value:
+            raise ConfigError(f"{name}={value!r} is not available under "
+                              f"strategy.kind='parameter_server': {why}")
+    ignored = {
+        "train.steps_per_loop": "each closure is one update, scheduled on its own",
+        "train.resume_input": "a resumed asynchronous run starts fresh shuffles on every "
+                              "worker (which worker read which batch is not recorded)",
+        "train.deterministic": "closures run in whatever order the workers finish them",
+        ("async_train.max_staleness" if options.mode == "sample_buffer" else
+         "async_train.buffer_depth"): f"async_train.mode={options.mode!r} (buffer_depth "
+        f"bounds the rounds in flight of 'sample_buffer', max_staleness those of 'closures')",
+    }
+    for name, why in ignored.items():
+        value = gin_config.bound(name)
+        if value is not None:
+            logging.warning("%s=%r does not apply under strategy.kind='parameter_server': "
+                            "%s", name, value, why)
+    if exp.input_config.tuned and exp.input_config.adaptive:
+        logging.info("input tuning is not adaptive under parameter_server: workers read "
+                     "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
 
 
 def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
     cfg = exp.config
     options = config_lib.async_config()
-    if exp.input_config.service_workers:
-        raise ConfigError("input_pipeline.service_workers is not available under "
-                          "strategy.kind='parameter_server': every worker already runs its "
-                          "own input pipeline; set it to 0")
-    if evaluator_lib.eval_config().every_steps:
-        raise ConfigError("eval.every_steps is not available under "
-                          "strategy.kind='parameter_server' (the coordinator has no replicas "
-                          "to generate on); evaluate beside it with bin/eval.py --watch")
-    if cfg.profile_steps:
-        raise ConfigError("train.profile_steps is not available under "
-                          "strategy.kind='parameter_server': the steps run on the workers, "
-                          "the coordinator would trace only its dispatching; set it to 0")
-    if exp.input_config.tuned and exp.input_config.adaptive:
-        logging.info("input tuning is not adaptive under parameter_server: workers read "
-                     "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
+    check_settings(exp, options)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)
     tf.io.gfile.makedirs(model_dir)
     logging.info("%s", class_list.describe(exp.source.class_names))
@@ -210,14 +329,26 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     restored = ckpt.restore_latest()
     start = int(exp.step.numpy())
     if restored:
-        logging.info("resumed from %s at round %d", restored, start)
+        logging.info("resumed from %s at round %d; every worker starts a fresh shuffle",
+                     restored, start)
     writer = tf.summary.create_file_writer(model_dir)
     sync_loop.write_config(model_dir, writer)
-    closures = _Closures(exp, coordinator, start)
-    watchdog = _Watchdog(options["stall_timeout_secs"])
+    closures = _Closures(exp, coordinator, start, options)
+    watchdog = _Watchdog(options.stall_timeout_secs)
     watchdog.start()
-    inflight = _InFlight(exp, start, watchdog)
-    _describe(exp, start, options["max_staleness"])
+    inflight = _InFlight(exp, start, watchdog, lambda: ckpt.latest)
+    _describe(exp, start, options)
+    if closures.buffer is not None:
+        closures.fill_buffer()
+
+    repeated = [0]  # G updates applied twice (a re-run closure), known at round boundaries
+
+    def save() -> str:
+        inflight.drain()  # the one barrier: a checkpoint holds an exact round
+        exp.step.assign(inflight.finished)
+        repeated[0] = int(exp.g_optimizer.iterations.numpy()) - inflight.finished
+        inflight.store_health()
+        return ckpt.save(inflight.finished)
 
     metrics: Dict[str, float] = {}
     # perf/images_per_sec and the ETA: wall time between log lines, checkpoints and samples
@@ -228,43 +359,46 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         with sync_loop.SignalFlag() as flag:
             rounds = start
             while rounds < cfg.total_steps and flag.signum is None:
-                while len(inflight) >= options["max_staleness"]:
+                while len(inflight) >= options.rounds_in_flight:
                     inflight.finish_oldest()
                 inflight.add(closures.schedule(rounds))
                 rounds += 1
                 at_log = rounds % cfg.log_every == 0 or rounds == cfg.total_steps
                 at_ckpt = rounds % cfg.checkpoint_every == 0 or rounds == cfg.total_steps
-                if not (at_log or at_ckpt or flag.signum is not None):
-                    continue
-                inflight.drain()  # exact boundaries: every scheduled round has finished
-                finished = inflight.finished
-                exp.step.assign(finished)
-                if at_log:
+                if rounds == cfg.total_steps:
+                    save()  # the last log line and checkpoint hold every round
+                if at_log:  # what has finished so far: no waiting for rounds in flight
+                    finished = inflight.finished
+                    exp.step.assign(finished)
                     metrics = inflight.take_window()
                     wall = time.perf_counter() - t_window
                     images = (finished - window_start) * cfg.real_images_per_step
                     metrics["perf/images_per_sec"] = images / wall
                     metrics["perf/step_images_per_sec"] = images / max(wall - host_seconds,
                                                                        1e-9)
-                    metrics["async/repeated_g_updates"] = float(
-                        int(exp.g_optimizer.iterations.numpy()) - finished)
+                    metrics["async/repeated_g_updates"] = float(repeated[0])
+                    metrics["async/rounds_in_flight"] = float(len(inflight))
                     with writer.as_default():
                         for key, value in metrics.items():
                             tf.summary.scalar(key, value, step=finished)
                     eta = (cfg.total_steps - finished) * wall / max(finished - window_start, 1)
-                    logging.info("round %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  ETA %s  "
-                                 "closures by worker process %s", finished, cfg.total_steps,
+                    age = (f"  sample age {metrics['async/sample_age']:.1f}"
+                           if "async/sample_age" in metrics else "")
+                    logging.info("round %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  ETA %s%s  "
+                                 "%d round(s) in flight, closures by worker process %s",
+                                 finished, cfg.total_steps,
                                  metrics.get("loss/D", float("nan")),
                                  metrics.get("loss/G", float("nan")),
                                  metrics["perf/images_per_sec"], sync_loop.format_eta(eta),
-                                 dict(inflight.by_process))
+                                 age, len(inflight), dict(inflight.by_process))
                     t_window, window_start, host_seconds = time.perf_counter(), finished, 0.0
                 host_start = time.perf_counter()
                 if at_ckpt or flag.signum is not None:
-                    logging.info("checkpoint: %s", ckpt.save(finished))
+                    logging.info("checkpoint: %s", ckpt.latest if ckpt.saved_step == rounds
+                                 else save())
                 if flag.signum is None and rounds % cfg.sample_every == 0:
                     logging.info("samples: %s", sync_loop.write_samples(
-                        exp, model_dir, finished, writer))
+                        exp, model_dir, inflight.finished, writer))
                 host_seconds += time.perf_counter() - host_start
             if flag.signum is not None:
                 writer.flush()
@@ -276,10 +410,9 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
             f"{str(e).strip().splitlines()[0][:200]}); a parameter server is down or "
             f"unreachable; relaunch every task to resume from "
             f"{ckpt.latest or 'the start (no checkpoint yet)'}") from None
+    if ckpt.saved_step != cfg.total_steps or len(inflight):
+        save()
     finished = inflight.finished
-    if ckpt.saved_step != finished:
-        exp.step.assign(finished)
-        ckpt.save(finished)
     if finished % cfg.sample_every:
         logging.info("samples: %s", sync_loop.write_samples(exp, model_dir, finished, writer))
     writer.flush()

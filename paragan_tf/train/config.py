@@ -115,17 +115,51 @@ def check_batch(config: TrainConfig, num_replicas: int) -> None:
             f"replicas of this strategy; use a multiple of {num_replicas}")
 
 
+ASYNC_MODES = ("closures", "sample_buffer")
+
+
+@dataclasses.dataclass(frozen=True)
+class AsyncConfig:
+    """Options of the asynchronous trainer. See `async_config` for their meaning."""
+
+    max_staleness: int = 2
+    stall_timeout_secs: float = 300.0
+    mode: str = "closures"
+    buffer_depth: int = 4
+
+    @property
+    def rounds_in_flight(self) -> int:
+        """Rounds scheduled at once: the staleness bound of the mode."""
+        return self.buffer_depth if self.mode == "sample_buffer" else self.max_staleness
+
+
 @gin.configurable("async_train")
-def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0) -> dict:
+def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0,
+                 mode: str = "closures", buffer_depth: int = 4) -> AsyncConfig:
     """Options of the asynchronous trainer.
 
     Args:
-      max_staleness: rounds (d_steps D closures + one G closure) in flight at once;
-        1 is ParaGAN's one-step staleness, larger keeps fast workers busy longer
-        when one straggles.
+      max_staleness: mode 'closures': rounds (d_steps D closures + one G closure) in
+        flight at once; 1 is ParaGAN's one-step staleness, larger keeps fast workers
+        busy longer when one straggles.
       stall_timeout_secs: no round finished for this long: fail rather than hang
         (a parameter server or all workers unreachable without a broken connection).
+      mode: 'closures': every D closure generates its fakes with the G the servers
+        hold; 'sample_buffer' (ParaGAN's): G closures write the fakes they generate
+        into a buffer on the parameter servers and D closures train on the newest
+        batch there, without waiting for any G (train/sample_buffer.py).
+      buffer_depth: mode 'sample_buffer': batches the buffer holds, and the rounds in
+        flight at once (it replaces max_staleness): the staleness bound.
     """
+    config = AsyncConfig(max_staleness, stall_timeout_secs, mode, buffer_depth)
     if max_staleness < 1:
         raise ConfigError(f"async_train.max_staleness={max_staleness} must be >= 1")
-    return dict(max_staleness=max_staleness, stall_timeout_secs=stall_timeout_secs)
+    if mode not in ASYNC_MODES:
+        raise ConfigError(f"async_train.mode={mode!r} is unknown; choose one of "
+                          f"{list(ASYNC_MODES)}")
+    if buffer_depth < 1:
+        raise ConfigError(f"async_train.buffer_depth={buffer_depth} must be >= 1")
+    if stall_timeout_secs <= 0:
+        raise ConfigError(f"async_train.stall_timeout_secs={stall_timeout_secs} must be "
+                          f"positive")
+    return config

@@ -20,7 +20,7 @@ one NaN batch would poison them for good. Skipped steps are reported as
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -106,15 +106,12 @@ class GANStep:
             return tf.cond(healthy, update, lambda: tf.constant(False))
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
 
-    def _apply(self, optimizer, loss, grads: List[tf.Tensor], variables) -> tf.Tensor:
-        _, grads, finite, norm = self._all_reduce(loss, grads)
-        self._apply_if(finite, optimizer, grads, norm, variables)
-        return norm
-
-    def _d_micro(self, real: Batch, noise: Batch):
+    def _d_micro(self, real: Batch, noise: Batch, fakes=None):
         images, labels = real
         z, fake_labels = noise
-        fakes = tf.stop_gradient(self.generator((z, fake_labels), training=True))
+        if fakes is None:  # else made earlier by some G (the sample buffer)
+            fakes = self.generator((z, fake_labels), training=True)
+        fakes = tf.stop_gradient(fakes)
         with tf.GradientTape() as tape:
             # One D call on real+fake: one SN power iteration per update, one big batch.
             logits = self.discriminator(
@@ -135,7 +132,7 @@ class GANStep:
             _, g_loss = self.loss_fn(logits, logits, logits)
             loss = average_over_global_batch(g_loss, self.config.global_batch_size)
             loss /= self.config.accumulation
-        return loss, tape.gradient(loss, self.generator.trainable_variables)
+        return loss, tape.gradient(loss, self.generator.trainable_variables), fakes
 
     def _ortho_gradients(self) -> List[tf.Tensor]:
         """The orthogonal regulariser's gradient for G, once per update (as the reference).
@@ -154,33 +151,87 @@ class GANStep:
         grads = [tf.convert_to_tensor(g) for g in grads]
         return grads if acc is None else [a + g for a, g in zip(acc, grads)]
 
-    def d_gradients(self, real: Sequence[Batch], noise: Sequence[Batch]):
-        """One D update's loss, gradients and logit sums over its micro-batches."""
+    def d_gradients(self, real: Sequence[Batch], noise: Sequence[Batch], fakes=None):
+        """One D update's loss, gradients and logit sums over its micro-batches.
+
+        fakes: the micro-batches' generated images, made earlier (the sample buffer);
+        None: G makes them from `noise` now.
+        """
         grads, loss_sum, real_sum, fake_sum = None, 0.0, 0.0, 0.0
-        for real_batch, noise_batch in zip(real, noise):
-            loss, g, real_logits, fake_logits = self._d_micro(real_batch, noise_batch)
+        fakes = fakes or [None] * len(real)
+        for real_batch, noise_batch, fake in zip(real, noise, fakes):
+            loss, g, real_logits, fake_logits = self._d_micro(real_batch, noise_batch, fake)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
             real_sum += tf.reduce_sum(real_logits)
             fake_sum += tf.reduce_sum(fake_logits)
         return loss_sum, grads, real_sum, fake_sum
 
-    def g_gradients(self, noise: Sequence[Batch]):
-        """One G update's loss and gradients over its micro-batches."""
+    def g_gradients(self, noise: Sequence[Batch], fakes_out: Optional[list] = None):
+        """One G update's loss and gradients over its micro-batches.
+
+        fakes_out: a list that receives the images G generated (the sample buffer).
+        """
         grads, loss_sum = None, 0.0
         for noise_batch in noise:
-            loss, g = self._g_micro(noise_batch)
+            loss, g, fakes = self._g_micro(noise_batch)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
+            if fakes_out is not None:
+                fakes_out.append(fakes)
         if self.config.ortho_reg > 0:
             grads = self._add(grads, self._ortho_gradients())
         return loss_sum, grads
 
-    def apply_d(self, loss, grads) -> tf.Tensor:
-        """Applies one D update unless its loss or gradients are non-finite; returns the norm."""
-        return self._apply(self.d_optimizer, loss, grads, self.discriminator.trainable_variables)
+    def _forward_state(self) -> List[tf.Variable]:
+        """State the forward passes change outside the optimizers (SN vectors, BN statistics)."""
+        return [v for v in self.generator.non_trainable_variables +
+                self.discriminator.non_trainable_variables if v.dtype.is_floating]
 
-    def apply_g(self, loss, grads) -> tf.Tensor:
-        """Applies one G update unless its loss or gradients are non-finite; returns the norm."""
-        return self._apply(self.g_optimizer, loss, grads, self.generator.trainable_variables)
+    def _guarded(self, gradients, optimizer, variables):
+        """One update from `gradients()` -> (loss, grads), under the NaN guard.
+
+        Returns (this replica's loss share, gradient norm, healthy); a skipped update
+        also puts back the forward state its passes changed.
+        """
+        forward_state = self._forward_state()
+        saved = [tf.identity(tf.convert_to_tensor(v)) for v in forward_state]
+        loss, grads = gradients()
+        _, grads, finite, norm = self._all_reduce(loss, grads)
+        self._apply_if(finite, optimizer, grads, norm, variables)
+        for variable, value in zip(forward_state, saved):
+            variable.assign(tf.where(finite, tf.convert_to_tensor(variable), value))
+        return loss, norm, finite
+
+    def d_update(self, real: Sequence[Batch], noise: Sequence[Batch],
+                 fakes=None) -> Dict[str, tf.Tensor]:
+        """One guarded D update (an asynchronous D closure): metrics as __call__'s.
+
+        fakes: generated images made earlier (see d_gradients); None: G makes them now.
+        """
+        sums = {}
+
+        def gradients():
+            loss, grads, sums["real"], sums["fake"] = self.d_gradients(real, noise, fakes)
+            return loss, grads
+        loss, norm, finite = self._guarded(gradients, self.d_optimizer,
+                                           self.discriminator.trainable_variables)
+        seen = float(self.config.global_batch_size * len(real))
+        return {"loss/D": loss, "grad_norm/D": norm, "logits/real": sums["real"] / seen,
+                "logits/fake": sums["fake"] / seen,
+                "health/skipped": 1.0 - tf.cast(finite, tf.float32)}
+
+    def g_update(self, noise: Sequence[Batch], on_fakes=None) -> Dict[str, tf.Tensor]:
+        """One guarded G update (an asynchronous G closure).
+
+        on_fakes(fakes, healthy): called with the micro-batches' images G generated
+        before its update and whether the update was applied (the sample buffer).
+        """
+        fakes = []
+        loss, norm, finite = self._guarded(lambda: self.g_gradients(noise, fakes),
+                                           self.g_optimizer, self.generator.trainable_variables)
+        if on_fakes is not None:
+            on_fakes(fakes, finite)
+        return {"loss/G": loss, "grad_norm/G": norm,
+                "health/skipped": 1.0 - tf.cast(finite, tf.float32)}
 
     def __call__(self, real: Sequence[Batch], noise: Sequence[Batch]) -> Dict[str, tf.Tensor]:
         """One train step on this replica. `real`/`noise` hold the step's micro-batches.
@@ -191,8 +242,7 @@ class GANStep:
         cfg = self.config
         k = cfg.accumulation
         real, noise = list(real), list(noise)
-        forward_state = [v for v in self.generator.non_trainable_variables +
-                         self.discriminator.non_trainable_variables if v.dtype.is_floating]
+        forward_state = self._forward_state()
         saved_state = [tf.identity(tf.convert_to_tensor(v)) for v in forward_state]
         d_vars = self.discriminator.trainable_variables
         healthy = tf.constant(True)

@@ -1,0 +1,71 @@
+"""Coordinator of tests/test_async.py's sample-buffer test: do D closures wait for a slow G?
+
+Run as the chief of a cluster of one parameter server and two workers (TF_CONFIG),
+with the trainer's closures in mode 'sample_buffer' on gin/tiny.gin. After the
+buffer is filled, one G closure is slowed by `--delay` seconds (an in-graph sleep
+before it) and three D closures are scheduled behind it. Prints one JSON line:
+when the G closure and each D closure finished (seconds after scheduling), and the
+D closures' sample ages.
+
+`--handoff` is the negative control: the D closures are scheduled once the slow G
+closure's result has arrived, as a design handing G's fakes to D directly must
+(ClusterCoordinator takes no RemoteValue as a closure's argument).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import paragan_tf  # noqa: F401  (pins tf-keras first)
+
+import tensorflow as tf
+from tensorflow.python.data.experimental.ops import testing as tf_data_testing
+
+from paragan_tf import config as config_lib
+from paragan_tf.train import async_loop
+from paragan_tf.train import config as train_config
+from paragan_tf.train import experiment
+
+
+def main(delay: float, handoff: bool) -> None:
+    config_lib.parse(["gin/tiny.gin"], ["strategy.kind='parameter_server'",
+                                        "async_train.mode='sample_buffer'",
+                                        "async_train.buffer_depth=2"])
+    exp = experiment.build()
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)
+    closures = async_loop._Closures(  # pylint: disable=protected-access
+        exp, coordinator, 0, train_config.async_config())
+    closures.fill_buffer()
+
+    @tf.function(autograph=False)
+    def slow_g(index):
+        # tf.data's SleepDataset: a thread sleep inside the graph, on the worker.
+        index = tf.data.Dataset.from_tensors(index).apply(
+            tf_data_testing.sleep(int(delay * 1e6))).take(1).get_single_element()
+        out = closures.g_closure(index)
+        with tf.control_dependencies(tf.nest.flatten(out)):
+            return tf.timestamp()
+
+    @tf.function(autograph=False)
+    def timed_d(iterator, index):
+        out = closures.d_closure(iterator, index)
+        with tf.control_dependencies(tf.nest.flatten(out)):
+            return tf.timestamp(), out["async/sample_age"]
+
+    begin = time.time()
+    g = coordinator.schedule(slow_g, args=(tf.constant(0, tf.int64),))
+    if handoff:
+        g.fetch()
+    ds = [coordinator.schedule(timed_d, args=(closures.real_it, tf.constant(i, tf.int64)))
+          for i in range(3)]
+    coordinator.join()
+    d_results = [d.fetch() for d in ds]
+    print(json.dumps({"g_done": float(g.fetch()) - begin,
+                      "d_done": [float(t) - begin for t, _ in d_results],
+                      "sample_age": [float(a) for _, a in d_results]}), flush=True)
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]), "--handoff" in sys.argv[2:])
