@@ -25,11 +25,14 @@ from absl import logging
 import common
 import tensorflow as tf
 
+from paragan_tf import config as config_lib
+from paragan_tf.distribute import cluster
 from paragan_tf.distribute import server
 from paragan_tf.errors import Diverged
 from paragan_tf.train import async_loop
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
+from paragan_tf.train import model_dir as model_dir_lib
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -45,6 +48,11 @@ def _main() -> int:
         common.fail("--model_dir is required (where checkpoints and summaries go)")
     if not FLAGS.dry_run and server.serve_if_server_task():
         return 0
+    if not FLAGS.dry_run:  # before any work: the folder, and nobody else training in it
+        model_dir_lib.check(FLAGS.model_dir)
+        if cluster.writes_model_dir(config_lib.bound("strategy.kind", "one_device")):
+            # Held until this process exits: the kernel releases it on any exit.
+            model_dir_lib.Lock(FLAGS.model_dir).acquire()
     exp = experiment.build(check_data=not FLAGS.dry_run)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
@@ -57,9 +65,15 @@ def _main() -> int:
     except loop.Interrupted as e:
         logging.warning("%s", e)
         common.exit_now(128 + e.signum)
-    except (async_loop.ParameterServerLost, Diverged) as e:
+    except (async_loop.ParameterServerLost, Diverged, model_dir_lib.DiskFull) as e:
         logging.error("%s", e)
         common.fail(str(e), code=1)
+    except (OSError, tf.errors.OpError) as e:
+        if not model_dir_lib.is_disk_full(e):
+            raise
+        common.fail(f"no space left on the device of {FLAGS.model_dir} ("
+                    f"{str(e).strip().splitlines()[0][:200]}); free space and relaunch to "
+                    f"resume from the newest checkpoint", code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
     common.exit_now(0)
 

@@ -108,3 +108,17 @@ def process_id() -> tf.Tensor:
     worker has a new pid). Linux only: it reads /proc/self/stat.
     """
     return tf.strings.split(tf.io.read_file("/proc/self/stat"), " ")[0]
+
+
+def writes_model_dir(kind: str) -> bool:
+    """Whether this process writes the run's folder under strategy `kind`.
+
+    Every single-process run does; in a cluster, the chief task, or worker 0 of a
+    cluster without one (TensorFlow's rule for who checkpoints).
+    """
+    if kind not in ("multi_worker_mirrored", "parameter_server"):
+        return True
+    cluster_resolver = resolver()
+    task_type, index = task_of(cluster_resolver)
+    jobs = cluster_resolver.cluster_spec().as_dict()
+    return task_type == "chief" or (task_type == "worker" and index == 0 and "chief" not in jobs)

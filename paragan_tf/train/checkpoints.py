@@ -10,7 +10,9 @@ writes its data and index files first and only then atomically replaces the
 `checkpoint` state file that names the newest checkpoint, so a process killed
 mid-save leaves the previous checkpoint as the newest. A checkpoint that is
 named but unreadable (a damaged disk) is skipped for the one before it, with a
-warning. A save refuses to write non-finite weights (errors.Diverged).
+warning. A save refuses to write non-finite weights (errors.Diverged), and one
+that does not fit on the disk removes its partial files and raises
+model_dir.DiskFull, the previous checkpoint still the newest.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
+from paragan_tf.train import model_dir as model_dir_lib
 
 
 def mismatch_error(path: str, error: Exception) -> ConfigError:
@@ -125,9 +128,25 @@ class Checkpointer:
                     f"not writing the checkpoint of step {step}: {variable.name} holds NaN or "
                     f"Inf; the newest checkpoint ({self.latest}) is the last finite one")
 
+    def bytes_needed(self) -> int:
+        """About what one checkpoint takes on disk: every variable's bytes."""
+        return sum(v.shape.num_elements() * v.dtype.size for v in self._variables())
+
     def save(self, step: int) -> str:
+        """Writes the checkpoint of `step`; raises model_dir.DiskFull if it does not fit."""
         self.check_finite(step)
-        path = self.manager.save(checkpoint_number=step)
+        previous = self.latest if self.is_chief else None
+        try:
+            path = self.manager.save(checkpoint_number=step)
+        except (OSError, tf.errors.OpError) as e:
+            if not model_dir_lib.is_disk_full(e):
+                raise
+            for partial in (tf.io.gfile.glob(os.path.join(self.manager.directory, name))
+                            for name in (f"ckpt-{step}.*", f"ckpt-{step}_temp*")):
+                for path in partial:
+                    (tf.io.gfile.rmtree if tf.io.gfile.isdir(path) else tf.io.gfile.remove)(path)
+            raise model_dir_lib.disk_full(self.manager.directory, step, self.bytes_needed(),
+                                          previous) from None
         if not self.is_chief:
             tf.io.gfile.rmtree(os.path.dirname(path))
         self.saved_step = step

@@ -1,0 +1,153 @@
+"""The run's folder: checked before any work, locked for the run, and a full disk named.
+
+`check` runs before the experiment is built, so a model_dir that is a file (or
+cannot be created) fails in one line instead of a traceback minutes later.
+
+`Lock` keeps two trainings out of one folder: the chief process (the only
+writer; other workers of a multi-worker run take no lock) holds an exclusive
+`flock` on `model_dir/.lock` for the run. The kernel releases it on any exit,
+SIGKILL included, so a lock file left by a dead process is simply taken over,
+with a log line naming that process. The file holds the holder's pid, host and
+command, so a refused second run can say who holds the folder.
+Only local folders are locked; a remote one (gs://...) is used unlocked, with a
+warning.
+
+`DiskFull` is the one-line error for a checkpoint that did not fit: it names
+the folder, the bytes the checkpoint needs and those free. TensorFlow names a
+new checkpoint as the newest only after its files are complete, so the
+previous checkpoint stays the newest and loadable; the partial files are
+removed.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+from typing import Optional
+
+from absl import logging
+import tensorflow as tf
+
+from paragan_tf.errors import ConfigError
+
+LOCK_FILE = ".lock"
+
+
+def is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def check(model_dir: str) -> None:
+    """Raises ConfigError unless `model_dir` is (or can become) a writable folder."""
+    if not is_local(model_dir):
+        return  # created by tf.io.gfile when written; nothing to check cheaply
+    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
+        raise ConfigError(f"--model_dir={model_dir} is a file, not a folder; name a folder "
+                          f"(it is created if missing)")
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--model_dir={model_dir} cannot be created: "
+                          f"{e.strerror or e}") from None
+    if not os.access(model_dir, os.W_OK | os.X_OK):
+        raise ConfigError(f"--model_dir={model_dir} is not writable by this user")
+
+
+def _holder(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Lock:
+    """An exclusive lock on a local model_dir for this process's lifetime (or `release`)."""
+
+    def __init__(self, model_dir: str):
+        self.model_dir = model_dir
+        self.path = os.path.join(model_dir, LOCK_FILE)
+        self._fd: Optional[int] = None
+
+    def acquire(self) -> "Lock":
+        if not is_local(self.model_dir):
+            logging.warning("model_dir %s is not a local folder: it is not locked, so make "
+                            "sure no other run writes to it", self.model_dir)
+            return self
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            holder = _holder(self.path)
+            raise ConfigError(
+                f"--model_dir={self.model_dir} is in use by another run (pid "
+                f"{holder.get('pid', '?')} on {holder.get('host', '?')}, started "
+                f"{holder.get('started', '?')}: {holder.get('command', '?')}); stop it or "
+                f"choose another --model_dir") from None
+        previous = _holder(self.path)
+        if previous.get("pid") and previous.get("pid") != os.getpid():
+            gone = (previous.get("host") == socket.gethostname()
+                    and not _alive(int(previous["pid"])))
+            logging.info("model_dir %s: taking over the lock left by pid %s on %s (%s)",
+                         self.model_dir, previous["pid"], previous.get("host", "?"),
+                         "no longer running" if gone else "its lock was released")
+        record = {"pid": os.getpid(), "host": socket.gethostname(),
+                  "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                  "command": " ".join(sys.argv)[:500]}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Unlocks (the file stays: a later run takes it over)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "Lock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+class DiskFull(RuntimeError):
+    """A checkpoint did not fit on the model_dir's device."""
+
+
+def disk_full(model_dir: str, step: int, needed: int, previous: Optional[str]) -> DiskFull:
+    free = shutil.disk_usage(model_dir).free if is_local(model_dir) else None
+    return DiskFull(
+        f"no space left for the checkpoint of step {step} in {model_dir}: it needs about "
+        f"{needed:,} bytes, {'?' if free is None else f'{free:,}'} are free; the newest "
+        f"checkpoint is still {previous or 'none (this was the first)'}; free space (or "
+        f"lower train.max_to_keep) and relaunch to resume")
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """A full device, as TensorFlow's file writers or Python report it."""
+    if isinstance(error, OSError):
+        return error.errno == errno.ENOSPC
+    return isinstance(error, tf.errors.ResourceExhaustedError) or (
+        isinstance(error, tf.errors.OpError) and "No space left" in str(error))

@@ -1,0 +1,117 @@
+"""The run's folder as a new user meets it: a second run on it, a file in its place, a full disk.
+
+Real bin/train.py processes; the full disk is a small tmpfs mounted for the test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import tensorflow as tf
+
+from conftest import PYTHON, REPO, run_binary
+
+TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
+
+
+def _error_lines(stderr: str):
+    return [line for line in stderr.splitlines() if "error:" in line]
+
+
+def _start(model_dir, *bindings):
+    return subprocess.Popen(
+        [PYTHON, "bin/train.py", f"--model_dir={model_dir}", *TINY,
+         *[f"--gin_bindings={b}" for b in bindings]], cwd=REPO, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def _wait_for(proc, text: str, timeout: float = 120) -> str:
+    seen = []
+    deadline = time.monotonic() + timeout
+    for line in proc.stdout:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+        if time.monotonic() > deadline:
+            break
+    raise AssertionError(f"no {text!r} in:\n{''.join(seen)[-3000:]}")
+
+
+def test_a_second_run_on_a_model_dir_is_refused_and_a_dead_ones_lock_taken_over(tmp_path):
+    model_dir = tmp_path / "run"
+    first = _start(model_dir, "train.total_steps=100000", "train.log_every=5",
+                   "train.checkpoint_every=100000")
+    try:
+        _wait_for(first, "step 5/")
+        second = run_binary("train.py", f"--model_dir={model_dir}", *TINY, timeout=120)
+        assert second.returncode == 2, second.stderr[-2000:]
+        errors = _error_lines(second.stderr)
+        assert len(errors) == 1 and "Traceback" not in second.stderr, second.stderr[-2000:]
+        assert f"is in use by another run (pid {first.pid} on " in errors[0], errors
+        assert not list(model_dir.glob("ckpt-*.index"))  # the refused run wrote nothing
+    finally:
+        first.send_signal(signal.SIGKILL)  # dies holding the lock
+        first.wait()
+    third = run_binary("train.py", f"--model_dir={model_dir}", *TINY,
+                       "--gin_bindings=train.total_steps=2", timeout=180)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert f"taking over the lock left by pid {first.pid}" in third.stderr
+    assert "no longer running" in third.stderr
+    with open(model_dir / ".lock") as f:
+        assert json.load(f)["pid"] != first.pid
+
+
+def test_a_model_dir_that_is_a_file_is_one_line_before_anything_is_built(tmp_path):
+    path = tmp_path / "not_a_folder"
+    path.write_text("x")
+    started = time.monotonic()
+    out = run_binary("train.py", f"--model_dir={path}", *TINY, timeout=120)
+    assert out.returncode == 2
+    assert _error_lines(out.stderr) == [
+        f"train.py: error: --model_dir={path} is a file, not a folder; name a folder (it is "
+        f"created if missing)"], out.stderr[-2000:]
+    assert "Traceback" not in out.stderr and "training" not in out.stderr
+    print(f"refused in {time.monotonic() - started:.1f} s")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1.5 MiB tmpfs: room for one checkpoint of the tiny model (~0.8 MB), not two."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI here runs as root)")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs", str(mount)],
+                   check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_disk_is_one_line_and_the_previous_checkpoint_stays_loadable(small_disk):
+    model_dir = small_disk / "run"
+    out = run_binary("train.py", f"--model_dir={model_dir}", *TINY,
+                     "--gin_bindings=train.total_steps=6", "--gin_bindings=train.max_to_keep=5",
+                     timeout=180)
+    print(out.stderr[-1500:])
+    assert out.returncode == 1, out.stderr[-3000:]
+    errors = _error_lines(out.stderr)
+    assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert f"no space left for the checkpoint of step 4 in {model_dir}: it needs about " \
+        in errors[0], errors
+    needed = int(errors[0].split("needs about ")[1].split(" bytes")[0].replace(",", ""))
+    assert 500_000 < needed < 1_500_000, errors
+    newest = tf.train.latest_checkpoint(str(model_dir))
+    assert newest == str(model_dir / "ckpt-2"), newest
+    assert f"the newest checkpoint is still {newest}" in errors[0]
+    assert not list(model_dir.glob("ckpt-4*"))  # the partial files are gone
+    reader = tf.train.load_checkpoint(newest)
+    sizes = {name: reader.get_tensor(name).size for name in
+             reader.get_variable_to_shape_map() if name.endswith(".ATTRIBUTES/VARIABLE_VALUE")}
+    assert sum(sizes.values()) > 100_000, len(sizes)  # every tensor reads back
