@@ -6,6 +6,7 @@
     python bin/bench.py --suite=straggler --output=runs/bench/straggler.json
     python bin/bench.py --suite=memory --output=runs/bench/memory.json
     python bin/bench.py --suite=data --output=runs/bench/data.json
+    python bin/bench.py --suite=async_quality --output=runs/bench/async_quality.json
 
 Suites (see paragan_tf/bench/): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -16,7 +17,10 @@ slow worker: sync vs asynchronous parameter-server training), memory (measured
 peak of a training step at 128-1024 px beside the dry run's memory plan), data
 (bin/prepare_dataset.py's throughput and peak memory at 10,000 and 40,000 images,
 start-up to the first batch of image_folder vs records, records streaming rate with
-and without storage latency). Each runs with
+and without storage latency), async_quality (sync vs asynchronous closures vs the
+sample buffer, even and with a straggler, each for the same wall-clock budget on
+Fashion-MNIST: images/s, FCD, conditional accuracy, closures per worker). Each but
+async_quality (6 x --budget_minutes, plus evaluation) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (bench/machine.py): CPU model, cores, ISA
 flags, threads, load before and after, free memory, versions, git commit, UTC
@@ -33,6 +37,7 @@ from absl import app
 from absl import flags
 
 import common  # noqa: F401  (pins tf-keras, also for the children's environment)
+from paragan_tf.bench import async_quality as async_quality_bench
 from paragan_tf.bench import cluster
 from paragan_tf.bench import data as data_bench
 from paragan_tf.bench import input as input_bench
@@ -42,7 +47,8 @@ from paragan_tf.bench import step as step_bench
 from paragan_tf.errors import ConfigError
 
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
-              memory=memory_bench.memory_suite, data=data_bench.data_suite)
+              memory=memory_bench.memory_suite, data=data_bench.data_suite,
+              async_quality=async_quality_bench.async_quality)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
@@ -53,6 +59,11 @@ flags.DEFINE_list("layouts", ["fp32", "auto"], "step: layouts (gin/layouts/<name
 flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps).")
 flags.DEFINE_string("profile_dir", None,
                     "step: also trace 2 steps per layout with tf.profiler into this folder.")
+flags.DEFINE_float("budget_minutes", 10.0, "async_quality: wall-clock minutes per arm.")
+flags.DEFINE_list("arms", list(async_quality_bench.ARMS), "async_quality: arms to run.")
+flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS),
+                  "async_quality: even workers, a straggler, or both.")
+flags.DEFINE_integer("eval_samples", 5000, "async_quality: generated images per FCD.")
 flags.mark_flag_as_required("suite")
 
 
@@ -67,6 +78,9 @@ def main(argv):
     if FLAGS.suite == "step":
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
                        layouts=FLAGS.layouts, steps=FLAGS.steps, profile_dir=FLAGS.profile_dir)
+    if FLAGS.suite == "async_quality":
+        options = dict(budget_minutes=FLAGS.budget_minutes, arms=FLAGS.arms,
+                       conditions=FLAGS.conditions, eval_samples=FLAGS.eval_samples)
     record = machine.describe()
     _progress(f"machine: {record['cpu_model']}, {record['physical_cores']} cores at "
               f"{record['peak']['clock_ghz']:.2f} GHz, load {record['load_before']}")

@@ -98,30 +98,20 @@ def scaling(per_worker_batch: int = 32, steps: int = 30, progress=print,
             "per_step_1": parts[1], "per_step_2": parts[2]}
 
 
-def _round_times(log_path: str) -> List[tuple]:
-    """(round, seconds) of the asynchronous chief's progress lines, from absl's timestamps."""
-    found = []
+def async_rate(log_path: str, images_per_round: int) -> float:
+    """Images/s of an asynchronous run from its first to its last progress line (start-up
+    and tracing left out), from absl's timestamps."""
+    times = []
     with open(log_path) as f:
         for line in f:
             match = re.search(r"\[chief:0\] I\d{4} (\d+):(\d+):([\d.]+) .* round (\d+)/", line)
             if match:
                 h, m, s, rounds = match.groups()
-                found.append((int(rounds), int(h) * 3600 + int(m) * 60 + float(s)))
-    return found
-
-
-def async_rates(log_path: str, images_per_round: int) -> dict:
-    """Images/s of an asynchronous run from its progress lines: over the whole run after the
-    first line (start-up and tracing left out), and per log window (a dip there is a
-    barrier at log lines)."""
-    times = _round_times(log_path)
-    if len(times) < 3:
-        raise RuntimeError(f"{log_path}: fewer than 3 progress lines to time rounds by")
+                times.append((int(rounds), int(h) * 3600 + int(m) * 60 + float(s)))
+    if len(times) < 2:
+        raise RuntimeError(f"{log_path}: fewer than 2 progress lines to time rounds by")
     (r0, t0), (r1, t1) = times[0], times[-1]
-    windows = [(b[0] - a[0]) * images_per_round / (b[1] - a[1])
-               for a, b in zip(times, times[1:]) if b[1] > a[1]]
-    return {"images_per_sec": (r1 - r0) * images_per_round / (t1 - t0),
-            "window_images_per_sec": windows}
+    return (r1 - r0) * images_per_round / (t1 - t0)
 
 
 def closures_by_task(model_dir: str) -> Dict[str, int]:
@@ -138,9 +128,10 @@ def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float 
               work_dir: Optional[str] = None) -> dict:
     """2 workers, one at (1 - slow_fraction) speed: sync MWMS vs async parameter server.
 
-    The asynchronous run logs every `log_every` rounds, often enough that a barrier at
-    log lines would show: in its rate, in the per-window rates, and in the fast worker's
-    share of the closures (about 1 / (1 - slow_fraction) of the slow one's without one).
+    The asynchronous run is made twice: logging every `log_every` rounds (often enough
+    that a barrier at log lines would cost) and every `steps` rounds (two lines); the
+    ratio of their rates is what logging costs. Without a barrier the fast worker runs
+    about 1 / (1 - slow_fraction) times the slow one's closures.
     """
     slow = dict(num_workers=2, slow_task="worker:1", slow_fraction=slow_fraction)
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
@@ -149,23 +140,27 @@ def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float 
                     + _steps(steps, steps // 2), **slow)
         # Async: a round is d_steps D closures + 1 G closure of per_worker_batch each,
         # so twice the rounds of the sync run train on the same number of images.
-        _run("async", tmp, progress,
-             [PS, f"train.batch_size={per_worker_batch}",
-              f"async_train.max_staleness={max_staleness}"]
-             + _steps(2 * steps, log_every), num_ps=1, **slow)
-        rates = async_rates(os.path.join(tmp, "async.log"), per_worker_batch * 2)
-        closures = closures_by_task(os.path.join(tmp, "async"))
-    s, a = sync["perf/images_per_sec"], rates["images_per_sec"]
-    windows = sorted(rates["window_images_per_sec"])
+        rates, closures = {}, {}
+        for name, every in (("async", log_every), ("async_sparse_log", steps)):
+            _run(name, tmp, progress,
+                 [PS, f"train.batch_size={per_worker_batch}",
+                  f"async_train.max_staleness={max_staleness}"]
+                 + _steps(2 * steps, every), num_ps=1, **slow)
+            rates[name] = async_rate(os.path.join(tmp, name + ".log"), per_worker_batch * 2)
+            closures[name] = closures_by_task(os.path.join(tmp, name))
+            progress(f"{name}: {rates[name]:.1f} images/s between its progress lines, "
+                     f"closures {closures[name]}")
+    s, a = sync["perf/images_per_sec"], rates["async"]
     return {"suite": "straggler", "config": CONFIG, "per_worker_batch": per_worker_batch,
             "slow_task": "worker:1", "slow_fraction": slow_fraction,
             "max_staleness": max_staleness, "async_log_every": log_every,
             "sync_images_per_sec": s, "async_images_per_sec": a, "async_over_sync": a / s,
-            "async_window_images_per_sec": rates["window_images_per_sec"],
-            "async_slowest_window_over_median": windows[0] / windows[len(windows) // 2],
-            "async_closures_by_worker": closures,
-            "async_fast_over_slow_closures": closures.get("worker:0", 0)
-            / max(closures.get("worker:1", 0), 1)}
+            "async_sparse_log_images_per_sec": rates["async_sparse_log"],
+            "async_log_cost": 1 - a / rates["async_sparse_log"],
+            "async_closures_by_worker": closures["async"],
+            "async_fast_over_slow_closures": closures["async"].get("worker:0", 0)
+            / max(closures["async"].get("worker:1", 0), 1),
+            "async_sparse_log_closures_by_worker": closures["async_sparse_log"]}
 
 
 SUITES = {"scaling": scaling, "straggler": straggler}

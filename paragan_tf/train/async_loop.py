@@ -348,7 +348,11 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
         exp.step.assign(inflight.finished)
         repeated[0] = int(exp.g_optimizer.iterations.numpy()) - inflight.finished
         inflight.store_health()
-        return ckpt.save(inflight.finished)
+        path = ckpt.save(inflight.finished)
+        with tf.io.gfile.GFile(os.path.join(model_dir, "async_workers.json"), "w") as f:
+            json.dump({"step": inflight.finished,
+                       "closures_by_process": dict(inflight.by_process)}, f, indent=1)
+        return path
 
     metrics: Dict[str, float] = {}
     # perf/images_per_sec and the ETA: wall time between log lines, checkpoints and samples
@@ -418,7 +422,5 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     writer.flush()
     metrics.update(step=finished, wall_seconds=time.perf_counter() - t_begin)
     sync_loop.write_result(model_dir, metrics)
-    with tf.io.gfile.GFile(os.path.join(model_dir, "async_workers.json"), "w") as f:
-        json.dump({"closures_by_process": dict(inflight.by_process)}, f, indent=1)
     exp.inputs.extend([coordinator, closures])
     return metrics

@@ -1,0 +1,164 @@
+"""Does asynchronous training learn as well as synchronous, and faster? (--suite=async_quality)
+
+Every arm trains the quality experiment (gin/quality_fashion_mnist.gin:
+Fashion-MNIST at 32 px) on this machine for the same wall-clock budget, with two
+workers of one thread each, and its final EMA generator is then evaluated as the
+quality benchmark does (bin/eval.py with the Fashion-MNIST classifier: FCD and
+conditional accuracy):
+
+  sync           MultiWorkerMirrored, global batch 2 x per_worker_batch
+  closures       1 parameter server, async_train.mode='closures', per_worker_batch a closure
+  sample_buffer  the same with async_train.mode='sample_buffer'
+
+each under `even` workers and under a `straggler` (worker:1 paused half the time,
+launcher Throttle). The budget runs from the launch (start-up included, the same
+for every arm) to SIGTERM, on which the run checkpoints and stops: the
+checkpoint's step is what the arm trained. images/s is over the progress lines
+after the first (start-up and tracing left out), from absl's timestamps.
+closures_by_worker: the closures each worker task ran (parameter-server arms);
+under MultiWorkerMirrored every worker takes part in every step, so both carry
+the step count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from paragan_tf.bench import cluster
+from paragan_tf.errors import ConfigError
+
+CONFIG = "gin/quality_fashion_mnist.gin"
+ARMS = {"sync": [cluster.MWMS],
+        "closures": [cluster.PS, "async_train.mode='closures'"],
+        "sample_buffer": [cluster.PS, "async_train.mode='sample_buffer'"]}
+CONDITIONS = ("even", "straggler")
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _bin(name: str) -> str:
+    return os.path.join(REPO, "bin", name)
+
+
+def _classifier(path: str, progress: Callable[[str], None]) -> None:
+    if os.path.exists(os.path.join(path, "classifier.json")):
+        progress(f"reusing the classifier in {path}")
+        return
+    progress(f"training the Fashion-MNIST classifier into {path}")
+    subprocess.run([sys.executable, _bin("train_classifier.py"), f"--gin_file={CONFIG}",
+                    f"--output={path}"], check=True, cwd=REPO, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
+def _progress_times(log_path: str, task: str, word: str) -> List[tuple]:
+    """(step, seconds) of one task's progress lines ("<word> N/M"), from absl's timestamps."""
+    pattern = re.compile(rf"\[{re.escape(task)}\] I\d{{4}} (\d+):(\d+):([\d.]+) .* {word} "
+                         rf"(\d+)/")
+    found = []
+    with open(log_path) as f:
+        for line in f:
+            match = pattern.search(line)
+            if match:
+                h, m, s, step = match.groups()
+                found.append((int(step), int(h) * 3600 + int(m) * 60 + float(s)))
+    return found
+
+
+def _train(name: str, model_dir: str, bindings: Sequence[str], straggler: bool,
+           budget_seconds: float, progress: Callable[[str], None]) -> str:
+    """Launches one arm, stops it with SIGTERM after the budget; returns its log's path."""
+    shutil.rmtree(model_dir, ignore_errors=True)
+    log_path = model_dir + ".log"
+    asynchronous = cluster.PS in bindings
+    argv = [sys.executable, _bin("launch_local.py"), f"--model_dir={model_dir}",
+            f"--gin_file={CONFIG}", "--num_workers=2", f"--num_ps={int(asynchronous)}",
+            "--threads_per_task=1"] + (["--slow_task=worker:1", "--slow_fraction=0.5"]
+                                       if straggler else [])
+    argv += [f"--gin_bindings={b}" for b in bindings]
+    progress(f"{name}: training for {budget_seconds:.0f} s (log: {log_path})")
+    with open(log_path, "w") as log:
+        launch = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            code = launch.wait(timeout=budget_seconds)
+            raise RuntimeError(f"{name} ended before its budget (exit {code}); see {log_path}")
+        except subprocess.TimeoutExpired:
+            launch.send_signal(signal.SIGTERM)  # every training task checkpoints and stops
+            code = launch.wait(timeout=180)
+    if code not in (0, 128 + signal.SIGTERM):
+        raise RuntimeError(f"{name} failed with exit code {code}; see {log_path}")
+    return log_path
+
+
+def _evaluate(model_dir: str, classifier_dir: str, samples: int) -> dict:
+    subprocess.run([sys.executable, _bin("eval.py"), f"--model_dir={model_dir}",
+                    f"--gin_bindings=eval.classifier_path='{classifier_dir}'",
+                    f"--gin_bindings=eval.num_samples={samples}"], check=True, cwd=REPO,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
+        return max(json.load(f)["evaluations"], key=lambda e: e["step"])
+
+
+def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str,
+         per_worker_batch: int, budget_seconds: float, eval_samples: int,
+         progress: Callable[[str], None]) -> dict:
+    model_dir = os.path.join(work_dir, name)
+    synchronous = arm == "sync"
+    batch = per_worker_batch * (2 if synchronous else 1)
+    bindings = ARMS[arm] + [f"train.batch_size={batch}", "train.total_steps=100000000",
+                            "train.log_every=25", "train.checkpoint_every=100000000",
+                            "train.sample_every=100000000", "eval.every_steps=0"]
+    log_path = _train(name, model_dir, bindings, condition == "straggler", budget_seconds,
+                      progress)
+    times = (_progress_times(log_path, "worker:0", "step") if synchronous
+             else _progress_times(log_path, "chief:0", "round"))
+    if len(times) < 2:
+        raise RuntimeError(f"{name}: fewer than 2 progress lines in {log_path}")
+    (s0, t0), (s1, t1) = times[0], times[-1]
+    images_per_step = batch * 2  # train.d_steps = 2 real batches a step (or round)
+    final = _evaluate(model_dir, classifier_dir, eval_samples)
+    if synchronous:
+        closures = {"worker:0": final["step"], "worker:1": final["step"]}
+    else:
+        closures = cluster.closures_by_task(model_dir)
+    result = {"images_per_sec": (s1 - s0) * images_per_step / (t1 - t0),
+              "steps": final["step"], "fcd": final["fcd"],
+              "conditional_accuracy": final["conditional_accuracy"],
+              "closures_by_worker": closures, "batch_per_update": batch}
+    progress(f"{name}: {result['images_per_sec']:.1f} images/s, {final['step']} steps, "
+             f"FCD {final['fcd']:.2f}, conditional accuracy "
+             f"{final['conditional_accuracy']:.3f}, closures {closures}")
+    return result
+
+
+def async_quality(budget_minutes: float = 10.0, per_worker_batch: int = 32,
+                  arms: Sequence[str] = tuple(ARMS), conditions: Sequence[str] = CONDITIONS,
+                  eval_samples: int = 5000, work_dir: Optional[str] = None,
+                  classifier_dir: Optional[str] = None, progress=print) -> dict:
+    """Every arm x condition for `budget_minutes` each; JSON arms.<arm>.<condition>."""
+    unknown = set(arms) - set(ARMS) | set(conditions) - set(CONDITIONS)
+    if unknown:
+        raise ConfigError(f"unknown arms/conditions {sorted(unknown)}: choose from "
+                         f"{list(ARMS)} and {list(CONDITIONS)}")
+    work_dir = os.path.abspath(work_dir or os.path.join(REPO, "runs", "bench",
+                                                        "async_quality"))
+    classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
+    os.makedirs(work_dir, exist_ok=True)
+    _classifier(classifier_dir, progress)
+    started = time.time()
+    results: Dict[str, dict] = {}
+    for arm in arms:
+        for condition in conditions:
+            results.setdefault(arm, {})[condition] = _arm(
+                f"{arm}_{condition}", arm, condition, work_dir, classifier_dir,
+                per_worker_batch, budget_minutes * 60, eval_samples, progress)
+    return {"suite": "async_quality", "config": CONFIG, "budget_minutes": budget_minutes,
+            "per_worker_batch": per_worker_batch, "eval_samples": eval_samples,
+            "slow_fraction": 0.5, "threads_per_task": 1, "work_dir": work_dir,
+            "seconds": time.time() - started, "arms": results}
