@@ -33,7 +33,8 @@ PYTHON = sys.executable
 _FILE_SECONDS = {
     "test_train.py": 310, "test_scale_out.py": 300, "test_learning_gate.py": 260,
     "test_binaries.py": 220, "test_paper_scale.py": 210, "test_input_pipeline.py": 180,
-    "test_eval.py": 170, "test_crash_resume.py": 160, "test_reliability.py": 130,
+    "test_async.py": 200, "test_eval.py": 170, "test_crash_resume.py": 160,
+    "test_reliability.py": 130, "test_model_dir.py": 70,
     "test_records.py": 110, "test_sweep.py": 90, "test_data.py": 60, "test_slurm.py": 45,
     "test_layout.py": 40, "test_tensorboard.py": 35,
 }

@@ -113,9 +113,14 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
     with pytest.raises(ConfigError, match=r"train.accumulation=2 is not available with "
                        r"async_train.mode='sample_buffer'"):
         check("train.accumulation = 2", "async_train.mode = 'sample_buffer'")
+    gin.clear_config()
+    tiny_gin()
+    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    gin.clear_config()  # bound, not built: train.deterministic would switch on op determinism
+    tiny_gin("train.resume_input = 'reshuffle'", "train.deterministic = True",
+             "async_train.mode = 'sample_buffer'", "async_train.max_staleness = 3")
     with caplog.at_level("WARNING", logger="absl"):
-        check("train.resume_input = 'reshuffle'", "train.deterministic = True",
-              "async_train.mode = 'sample_buffer'", "async_train.max_staleness = 3")
+        async_loop.check_settings(exp, train_config.async_config())
     warned = " ".join(r.getMessage() for r in caplog.records)
     for name in ("train.steps_per_loop=2", "train.resume_input='reshuffle'",
                  "train.deterministic=True", "async_train.max_staleness=3"):
@@ -181,3 +186,20 @@ def test_the_sample_buffer_trainer_runs_end_to_end_and_reports_sample_age(tmp_pa
         result = json.load(f)
     assert result["step"] == 30 and "async/sample_age" in result
     assert os.path.exists(model_dir / "ckpt-30.index")
+
+
+def test_the_async_quality_suite_on_a_tiny_budget(tmp_path):
+    from paragan_tf.bench import async_quality
+    result = async_quality.async_quality(
+        budget_minutes=0.25, per_worker_batch=8, arms=("sample_buffer",),
+        conditions=("straggler",), eval_samples=250, work_dir=str(tmp_path),
+        config="gin/tiny.gin", log_every=5, classifier_epochs=1)
+    arm = result["arms"]["sample_buffer"]["straggler"]
+    print(arm)
+    assert arm["images_per_sec"] > 0 and arm["steps"] > 10
+    assert np.isfinite(arm["fcd"]) and 0.0 <= arm["conditional_accuracy"] <= 1.0
+    closures = arm["closures_by_worker"]
+    assert set(closures) == {"worker:0", "worker:1"}
+    assert sum(closures.values()) >= 3 * arm["steps"]
+    with pytest.raises(ConfigError, match="unknown arms"):
+        async_quality.async_quality(arms=("nope",), work_dir=str(tmp_path))

@@ -11,9 +11,10 @@ conditional accuracy):
   sample_buffer  the same with async_train.mode='sample_buffer'
 
 each under `even` workers and under a `straggler` (worker:1 paused half the time,
-launcher Throttle). The budget runs from the launch (start-up included, the same
-for every arm) to SIGTERM, on which the run checkpoints and stops: the
-checkpoint's step is what the arm trained. images/s is over the progress lines
+launcher Throttle). The budget runs from the arm's first progress line (start-up
+and tracing left out: they differ between strategies and are not what is
+compared) to SIGTERM, on which the run checkpoints and stops: the checkpoint's
+step is what the arm trained. images/s is over the progress lines
 after the first (start-up and tracing left out), from absl's timestamps.
 closures_by_worker: the closures each worker task ran (parameter-server arms);
 under MultiWorkerMirrored every worker takes part in every step, so both carry
@@ -40,6 +41,7 @@ ARMS = {"sync": [cluster.MWMS],
         "closures": [cluster.PS, "async_train.mode='closures'"],
         "sample_buffer": [cluster.PS, "async_train.mode='sample_buffer'"]}
 CONDITIONS = ("even", "straggler")
+START_TIMEOUT = 600  # seconds to the first progress line
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -47,14 +49,14 @@ def _bin(name: str) -> str:
     return os.path.join(REPO, "bin", name)
 
 
-def _classifier(path: str, progress: Callable[[str], None]) -> None:
+def _classifier(path: str, config: str, epochs: int, progress: Callable[[str], None]) -> None:
     if os.path.exists(os.path.join(path, "classifier.json")):
         progress(f"reusing the classifier in {path}")
         return
-    progress(f"training the Fashion-MNIST classifier into {path}")
-    subprocess.run([sys.executable, _bin("train_classifier.py"), f"--gin_file={CONFIG}",
-                    f"--output={path}"], check=True, cwd=REPO, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL)
+    progress(f"training the dataset's classifier into {path}")
+    subprocess.run([sys.executable, _bin("train_classifier.py"), f"--gin_file={config}",
+                    f"--output={path}", f"--epochs={epochs}"], check=True, cwd=REPO,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def _progress_times(log_path: str, task: str, word: str) -> List[tuple]:
@@ -71,20 +73,31 @@ def _progress_times(log_path: str, task: str, word: str) -> List[tuple]:
     return found
 
 
-def _train(name: str, model_dir: str, bindings: Sequence[str], straggler: bool,
+def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], straggler: bool,
            budget_seconds: float, progress: Callable[[str], None]) -> str:
-    """Launches one arm, stops it with SIGTERM after the budget; returns its log's path."""
+    """Launches one arm; SIGTERM `budget_seconds` after its first progress line (start-up
+    and tracing, which differ between strategies, are not in the budget). Returns the log."""
     shutil.rmtree(model_dir, ignore_errors=True)
     log_path = model_dir + ".log"
     asynchronous = cluster.PS in bindings
     argv = [sys.executable, _bin("launch_local.py"), f"--model_dir={model_dir}",
-            f"--gin_file={CONFIG}", "--num_workers=2", f"--num_ps={int(asynchronous)}",
+            f"--gin_file={config}", "--num_workers=2", f"--num_ps={int(asynchronous)}",
             "--threads_per_task=1"] + (["--slow_task=worker:1", "--slow_fraction=0.5"]
                                        if straggler else [])
     argv += [f"--gin_bindings={b}" for b in bindings]
-    progress(f"{name}: training for {budget_seconds:.0f} s (log: {log_path})")
+    task, word = ("chief:0", "round") if asynchronous else ("worker:0", "step")
+    progress(f"{name}: starting (log: {log_path})")
     with open(log_path, "w") as log:
         launch = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT
+        while not _progress_times(log_path, task, word):
+            if launch.poll() is not None or time.monotonic() > deadline:
+                launch.send_signal(signal.SIGTERM)
+                launch.wait(timeout=180)
+                raise RuntimeError(f"{name} printed no progress line in {START_TIMEOUT} s; "
+                                   f"see {log_path}")
+            time.sleep(0.5)
+        progress(f"{name}: training for {budget_seconds:.0f} s")
         try:
             code = launch.wait(timeout=budget_seconds)
             raise RuntimeError(f"{name} ended before its budget (exit {code}); see {log_path}")
@@ -99,23 +112,24 @@ def _train(name: str, model_dir: str, bindings: Sequence[str], straggler: bool,
 def _evaluate(model_dir: str, classifier_dir: str, samples: int) -> dict:
     subprocess.run([sys.executable, _bin("eval.py"), f"--model_dir={model_dir}",
                     f"--gin_bindings=eval.classifier_path='{classifier_dir}'",
-                    f"--gin_bindings=eval.num_samples={samples}"], check=True, cwd=REPO,
+                    f"--gin_bindings=eval.num_samples={samples}",
+                    f"--gin_bindings=eval.num_real={2 * samples}"], check=True, cwd=REPO,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
         return max(json.load(f)["evaluations"], key=lambda e: e["step"])
 
 
 def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str,
-         per_worker_batch: int, budget_seconds: float, eval_samples: int,
-         progress: Callable[[str], None]) -> dict:
+         config: str, per_worker_batch: int, log_every: int, budget_seconds: float,
+         eval_samples: int, progress: Callable[[str], None]) -> dict:
     model_dir = os.path.join(work_dir, name)
     synchronous = arm == "sync"
     batch = per_worker_batch * (2 if synchronous else 1)
     bindings = ARMS[arm] + [f"train.batch_size={batch}", "train.total_steps=100000000",
-                            "train.log_every=25", "train.checkpoint_every=100000000",
+                            f"train.log_every={log_every}", "train.checkpoint_every=100000000",
                             "train.sample_every=100000000", "eval.every_steps=0"]
-    log_path = _train(name, model_dir, bindings, condition == "straggler", budget_seconds,
-                      progress)
+    log_path = _train(name, model_dir, config, bindings, condition == "straggler",
+                      budget_seconds, progress)
     times = (_progress_times(log_path, "worker:0", "step") if synchronous
              else _progress_times(log_path, "chief:0", "round"))
     if len(times) < 2:
@@ -140,8 +154,13 @@ def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str
 def async_quality(budget_minutes: float = 10.0, per_worker_batch: int = 32,
                   arms: Sequence[str] = tuple(ARMS), conditions: Sequence[str] = CONDITIONS,
                   eval_samples: int = 5000, work_dir: Optional[str] = None,
-                  classifier_dir: Optional[str] = None, progress=print) -> dict:
-    """Every arm x condition for `budget_minutes` each; JSON arms.<arm>.<condition>."""
+                  classifier_dir: Optional[str] = None, config: str = CONFIG,
+                  log_every: int = 25, classifier_epochs: int = 4, progress=print) -> dict:
+    """Every arm x condition for `budget_minutes` each; JSON arms.<arm>.<condition>.
+
+    config, log_every, classifier_epochs: the experiment and its classifier (the tests
+    run gin/tiny.gin for a few seconds).
+    """
     unknown = set(arms) - set(ARMS) | set(conditions) - set(CONDITIONS)
     if unknown:
         raise ConfigError(f"unknown arms/conditions {sorted(unknown)}: choose from "
@@ -150,15 +169,15 @@ def async_quality(budget_minutes: float = 10.0, per_worker_batch: int = 32,
                                                         "async_quality"))
     classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
     os.makedirs(work_dir, exist_ok=True)
-    _classifier(classifier_dir, progress)
+    _classifier(classifier_dir, config, classifier_epochs, progress)
     started = time.time()
     results: Dict[str, dict] = {}
     for arm in arms:
         for condition in conditions:
             results.setdefault(arm, {})[condition] = _arm(
-                f"{arm}_{condition}", arm, condition, work_dir, classifier_dir,
-                per_worker_batch, budget_minutes * 60, eval_samples, progress)
-    return {"suite": "async_quality", "config": CONFIG, "budget_minutes": budget_minutes,
+                f"{arm}_{condition}", arm, condition, work_dir, classifier_dir, config,
+                per_worker_batch, log_every, budget_minutes * 60, eval_samples, progress)
+    return {"suite": "async_quality", "config": config, "budget_minutes": budget_minutes,
             "per_worker_batch": per_worker_batch, "eval_samples": eval_samples,
             "slow_fraction": 0.5, "threads_per_task": 1, "work_dir": work_dir,
             "seconds": time.time() - started, "arms": results}

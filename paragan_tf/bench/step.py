@@ -220,7 +220,6 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
         achieved_gflops=flops["train_step_flops"] / sec / 1e9,
         layout=exp.layout.as_dict(), last_losses=losses, data=data,
         strategy=type(exp.strategy).__name__, profile=profile, **flops)
-    exp.inputs.extend([real_it, noise_it])
     return result
 
 

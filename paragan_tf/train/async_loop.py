@@ -49,18 +49,15 @@ import tensorflow as tf
 
 from paragan_tf import config as gin_config
 from paragan_tf.data import class_groups
-from paragan_tf.data import class_list
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
 from paragan_tf.eval import evaluator as evaluator_lib
-from paragan_tf.train import checkpoints
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
-from paragan_tf.train import loop as sync_loop
-from paragan_tf.train import preemption
+from paragan_tf.train import controller as controller_lib
 from paragan_tf.train import sample_buffer
 from paragan_tf.train import step as step_lib
 
@@ -316,111 +313,96 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
                      "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
 
 
+class AsyncTrainer(controller_lib.Trainer):
+    """Asynchronous training of an Experiment on a parameter-server cluster, for the Controller.
+
+    A step is a round: `run(1)` schedules it, waiting first for the oldest round in
+    flight when the staleness bound is reached; `finished()` counts the rounds
+    collected in order; `settle()` waits for all (the checkpoint's barrier).
+    """
+
+    unit = "round"
+
+    def __init__(self, exp: experiment_lib.Experiment, model_dir: str,
+                 options: config_lib.AsyncConfig):
+        super().__init__(exp)
+        self.model_dir, self.options = model_dir, options
+        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
+            exp.strategy)
+        self.closures: _Closures = None
+        self.inflight: _InFlight = None
+        self.scheduled = 0
+        self.repeated = 0  # G updates applied twice (a re-run closure), known when settled
+
+    @property
+    def max_steps_per_call(self) -> int:
+        return 1
+
+    def begin(self, start, restored, latest_checkpoint) -> str:
+        self.scheduled = start
+        self.closures = _Closures(self.exp, self.coordinator, start, self.options)
+        watchdog = _Watchdog(self.options.stall_timeout_secs)
+        watchdog.start()
+        self.inflight = _InFlight(self.exp, start, watchdog, latest_checkpoint)
+        _describe(self.exp, start, self.options)
+        if self.closures.buffer is not None:
+            self.closures.fill_buffer()
+        return "; every worker starts a fresh shuffle" if restored else ""
+
+    def run(self, n: int) -> None:
+        for _ in range(n):
+            while len(self.inflight) >= self.options.rounds_in_flight:
+                self.inflight.finish_oldest()
+            self.inflight.add(self.closures.schedule(self.scheduled))
+            self.scheduled += 1
+
+    def finished(self) -> int:
+        return self.inflight.finished
+
+    def settle(self) -> None:
+        self.inflight.drain()
+        self.exp.step.assign(self.inflight.finished)
+        self.repeated = int(self.exp.g_optimizer.iterations.numpy()) - self.inflight.finished
+
+    def metrics(self, window) -> Dict[str, float]:
+        self.exp.step.assign(self.inflight.finished)
+        metrics = self.inflight.take_window()
+        images = window.steps * self.exp.config.real_images_per_step
+        metrics["perf/step_images_per_sec"] = images / max(
+            window.wall_seconds - window.host_seconds, 1e-9)
+        metrics["async/repeated_g_updates"] = float(self.repeated)
+        metrics["async/rounds_in_flight"] = float(len(self.inflight))
+        return metrics
+
+    def progress(self, metrics) -> str:
+        age = (f"  sample age {metrics['async/sample_age']:.1f}"
+               if "async/sample_age" in metrics else "")
+        return (f"{age}  {len(self.inflight)} round(s) in flight, closures by worker process "
+                f"{dict(self.inflight.by_process)}")
+
+    def before_save(self, step: int) -> None:
+        self.inflight.store_health()
+        with tf.io.gfile.GFile(os.path.join(self.model_dir, "async_workers.json"), "w") as f:
+            json.dump({"step": step, "closures_by_process": dict(self.inflight.by_process)},
+                      f, indent=1)
+
+    def close(self) -> None:
+        self.closures = None  # the per-worker iterators and closures; the count stays
+
+
 def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
-    cfg = exp.config
     options = config_lib.async_config()
     check_settings(exp, options)
-    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)
-    tf.io.gfile.makedirs(model_dir)
-    logging.info("%s", class_list.describe(exp.source.class_names))
-    class_list.keep_or_check(model_dir, exp.source.class_names, exp.data.name, write=True)
-    ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, True, 0, **exp.trackables())
-    restored = ckpt.restore_latest()
-    start = int(exp.step.numpy())
-    if restored:
-        logging.info("resumed from %s at round %d; every worker starts a fresh shuffle",
-                     restored, start)
-    writer = tf.summary.create_file_writer(model_dir)
-    sync_loop.write_config(model_dir, writer)
-    closures = _Closures(exp, coordinator, start, options)
-    watchdog = _Watchdog(options.stall_timeout_secs)
-    watchdog.start()
-    inflight = _InFlight(exp, start, watchdog, lambda: ckpt.latest)
-    _describe(exp, start, options)
-    if closures.buffer is not None:
-        closures.fill_buffer()
-
-    repeated = [0]  # G updates applied twice (a re-run closure), known at round boundaries
-
-    def save() -> str:
-        inflight.drain()  # the one barrier: a checkpoint holds an exact round
-        exp.step.assign(inflight.finished)
-        repeated[0] = int(exp.g_optimizer.iterations.numpy()) - inflight.finished
-        inflight.store_health()
-        path = ckpt.save(inflight.finished)
-        with tf.io.gfile.GFile(os.path.join(model_dir, "async_workers.json"), "w") as f:
-            json.dump({"step": inflight.finished,
-                       "closures_by_process": dict(inflight.by_process)}, f, indent=1)
-        return path
-
-    metrics: Dict[str, float] = {}
-    # perf/images_per_sec and the ETA: wall time between log lines, checkpoints and samples
-    # included, as in the synchronous loop; perf/step_images_per_sec leaves that host work out.
-    t_begin = t_window = time.perf_counter()
-    window_start, host_seconds = start, 0.0
+    trainer = AsyncTrainer(exp, model_dir, options)
     try:
-        with sync_loop.SignalFlag() as flag:
-            rounds = start
-            while rounds < cfg.total_steps and flag.signum is None:
-                while len(inflight) >= options.rounds_in_flight:
-                    inflight.finish_oldest()
-                inflight.add(closures.schedule(rounds))
-                rounds += 1
-                at_log = rounds % cfg.log_every == 0 or rounds == cfg.total_steps
-                at_ckpt = rounds % cfg.checkpoint_every == 0 or rounds == cfg.total_steps
-                if rounds == cfg.total_steps:
-                    save()  # the last log line and checkpoint hold every round
-                if at_log:  # what has finished so far: no waiting for rounds in flight
-                    finished = inflight.finished
-                    exp.step.assign(finished)
-                    metrics = inflight.take_window()
-                    wall = time.perf_counter() - t_window
-                    images = (finished - window_start) * cfg.real_images_per_step
-                    metrics["perf/images_per_sec"] = images / wall
-                    metrics["perf/step_images_per_sec"] = images / max(wall - host_seconds,
-                                                                       1e-9)
-                    metrics["async/repeated_g_updates"] = float(repeated[0])
-                    metrics["async/rounds_in_flight"] = float(len(inflight))
-                    with writer.as_default():
-                        for key, value in metrics.items():
-                            tf.summary.scalar(key, value, step=finished)
-                    eta = (cfg.total_steps - finished) * wall / max(finished - window_start, 1)
-                    age = (f"  sample age {metrics['async/sample_age']:.1f}"
-                           if "async/sample_age" in metrics else "")
-                    logging.info("round %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  ETA %s%s  "
-                                 "%d round(s) in flight, closures by worker process %s",
-                                 finished, cfg.total_steps,
-                                 metrics.get("loss/D", float("nan")),
-                                 metrics.get("loss/G", float("nan")),
-                                 metrics["perf/images_per_sec"], sync_loop.format_eta(eta),
-                                 age, len(inflight), dict(inflight.by_process))
-                    t_window, window_start, host_seconds = time.perf_counter(), finished, 0.0
-                host_start = time.perf_counter()
-                if at_ckpt or flag.signum is not None:
-                    logging.info("checkpoint: %s", ckpt.latest if ckpt.saved_step == rounds
-                                 else save())
-                if flag.signum is None and rounds % cfg.sample_every == 0:
-                    logging.info("samples: %s", sync_loop.write_samples(
-                        exp, model_dir, inflight.finished, writer))
-                host_seconds += time.perf_counter() - host_start
-            if flag.signum is not None:
-                writer.flush()
-                raise preemption.Interrupted(flag.signum, inflight.finished)
+        return controller_lib.Controller(exp, model_dir, trainer).run()
     except (tf.errors.UnavailableError, tf.errors.CancelledError,
             tf.errors.AbortedError) as e:
+        latest = tf.train.latest_checkpoint(model_dir)
+        finished = trainer.inflight.finished if trainer.inflight else "?"
         raise ParameterServerLost(
-            f"lost the cluster at round {inflight.finished} ({type(e).__name__}: "
+            f"lost the cluster at round {finished} ({type(e).__name__}: "
             f"{str(e).strip().splitlines()[0][:200]}); a parameter server is down or "
             f"unreachable; relaunch every task to resume from "
-            f"{ckpt.latest or 'the start (no checkpoint yet)'}") from None
-    if ckpt.saved_step != cfg.total_steps or len(inflight):
-        save()
-    finished = inflight.finished
-    if finished % cfg.sample_every:
-        logging.info("samples: %s", sync_loop.write_samples(exp, model_dir, finished, writer))
-    writer.flush()
-    metrics.update(step=finished, wall_seconds=time.perf_counter() - t_begin)
-    sync_loop.write_result(model_dir, metrics)
-    exp.inputs.extend([coordinator, closures])
-    return metrics
+            f"{latest or 'the start (no checkpoint yet)'}") from None

@@ -57,11 +57,6 @@ class Experiment:
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
-    # The trainers park their input iterators here when they finish, so the iterators
-    # live as long as the run. Destroying one can block: after the final checkpoint of
-    # full default runs (make train) it waited 58 s and 56 s on a tf.data thread; the binaries
-    # exit without destructors (bin/common.exit_now) while the Experiment is alive.
-    inputs: list = dataclasses.field(default_factory=list)
 
     def trackables(self) -> dict:
         """What a checkpoint holds."""
