@@ -3,13 +3,12 @@
 Run as the chief of a cluster of one parameter server and two workers (TF_CONFIG),
 with the trainer's closures in mode 'sample_buffer' on gin/tiny.gin. After the
 buffer is filled, one G closure is slowed by `--delay` seconds (an in-graph sleep
-before it) and three D closures are scheduled behind it. Prints one JSON line:
-when the G closure and each D closure finished (seconds after scheduling), and the
-D closures' sample ages.
-
-`--handoff` is the negative control: the D closures are scheduled once the slow G
+before it) and three D closures are scheduled behind it ("free"). Then the negative
+control ("handoff"): the same, but the D closures are scheduled once the slow G
 closure's result has arrived, as a design handing G's fakes to D directly must
-(ClusterCoordinator takes no RemoteValue as a closure's argument).
+(ClusterCoordinator takes no RemoteValue as a closure's argument). Prints one JSON
+line: for each, when the G closure and each D closure finished (seconds after
+scheduling) and the D closures' sample ages.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from paragan_tf.train import config as train_config
 from paragan_tf.train import experiment
 
 
-def main(delay: float, handoff: bool) -> None:
+def main(delay: float) -> None:
     config_lib.parse(["gin/tiny.gin"], ["strategy.kind='parameter_server'",
                                         "async_train.mode='sample_buffer'",
                                         "async_train.buffer_depth=2"])
@@ -54,18 +53,22 @@ def main(delay: float, handoff: bool) -> None:
         with tf.control_dependencies(tf.nest.flatten(out)):
             return tf.timestamp(), out["async/sample_age"]
 
-    begin = time.time()
-    g = coordinator.schedule(slow_g, args=(tf.constant(0, tf.int64),))
-    if handoff:
-        g.fetch()
-    ds = [coordinator.schedule(timed_d, args=(closures.real_it, tf.constant(i, tf.int64)))
-          for i in range(3)]
-    coordinator.join()
-    d_results = [d.fetch() for d in ds]
-    print(json.dumps({"g_done": float(g.fetch()) - begin,
-                      "d_done": [float(t) - begin for t, _ in d_results],
-                      "sample_age": [float(a) for _, a in d_results]}), flush=True)
+    def trial(round_index: int, handoff: bool) -> dict:
+        begin = time.time()
+        g = coordinator.schedule(slow_g, args=(tf.constant(round_index, tf.int64),))
+        if handoff:
+            g.fetch()
+        ds = [coordinator.schedule(timed_d, args=(closures.real_it,
+                                                  tf.constant(10 * round_index + i, tf.int64)))
+              for i in range(3)]
+        coordinator.join()
+        d_results = [d.fetch() for d in ds]
+        return {"g_done": float(g.fetch()) - begin,
+                "d_done": [float(t) - begin for t, _ in d_results],
+                "sample_age": [float(a) for _, a in d_results]}
+
+    print(json.dumps({"free": trial(0, False), "handoff": trial(1, True)}), flush=True)
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]), "--handoff" in sys.argv[2:])
+    main(float(sys.argv[1]))

@@ -48,7 +48,7 @@ def test_a_second_run_on_a_model_dir_is_refused_and_a_dead_ones_lock_taken_over(
     first = _start(model_dir, "train.total_steps=100000", "train.log_every=5",
                    "train.checkpoint_every=100000")
     try:
-        _wait_for(first, "step 5/")
+        _wait_for(first, "training mnist5k")  # the lock is taken before that line
         second = run_binary("train.py", f"--model_dir={model_dir}", *TINY, timeout=120)
         assert second.returncode == 2, second.stderr[-2000:]
         errors = _error_lines(second.stderr)

@@ -236,3 +236,21 @@ def test_a_malformed_gin_file_is_named_with_its_line(tmp_path, text, where):
     path.write_text(text)
     with pytest.raises(ConfigError, match=where.format(re.escape(str(path)))):
         config_lib.parse([str(path)], [])
+
+
+def test_a_checkpoint_with_the_preemption_counter_restores_elsewhere(tiny_gin, tmp_path):
+    """A MultiWorkerMirrored run stopped by SIGTERM saves TensorFlow's preemption counter
+    too; one-device readers (bin/eval.py, sample.py, export.py) must still restore it."""
+    tiny_gin()
+    exp = experiment.build(_one_device())
+    for extra, ok in (("checkpointed_runs", True), ("something_else", False)):
+        folder = str(tmp_path / extra)
+        written = tf.train.Checkpoint(**exp.trackables(),
+                                      **{extra: tf.Variable(3, dtype=tf.int64)})
+        tf.train.CheckpointManager(written, folder, 3, checkpoint_name="ckpt").save(7)
+        saver = checkpoints.Checkpointer(folder, 3, **exp.trackables())
+        if ok:
+            assert saver.restore(os.path.join(folder, "ckpt-7")).endswith("ckpt-7")
+        else:  # the negative control: any other extra object is still a mismatch
+            with pytest.raises(ConfigError, match="does not match this run's models"):
+                saver.restore(os.path.join(folder, "ckpt-7"))

@@ -1,12 +1,15 @@
 """Asynchronous GAN training (ParaGAN) under ParameterServerStrategy.
 
-This process is the coordinator. G, D, EMA G and the optimizers live on the
-parameter servers. A round t is `d_steps` D-update closures and one G-update
+This process is the coordinator; AsyncTrainer runs under the same Controller
+as the synchronous trainer (train/controller.py), one round per step. G, D,
+EMA G and the optimizers live on the parameter servers. A round t is `d_steps` D-update closures and one G-update
 closure, scheduled with no dependency between them: each reads whatever G and
 D the servers hold when it runs, so G_{t+1} is computed against D_t while D
 is being updated (PARAGAN.md section 2). The staleness bound: round t is
 scheduled only once round t - max_staleness has finished, so a closure misses
-at most the updates of the `max_staleness` most recent rounds.
+at most the updates of the `max_staleness` most recent rounds. In mode
+'sample_buffer' D closures train on fakes G closures left in a buffer
+(train/sample_buffer.py) and `buffer_depth` bounds the rounds in flight.
 
 No barrier but checkpoints: rounds are collected in order as they finish (their
 metrics, the NaN guard's counts, the EMA update), and a log line reports what
