@@ -65,10 +65,10 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def exit_now(code: int) -> NoReturn:
     """Flushes our output, then exits without running TensorFlow's destructors.
 
-    For errors (`fail`) and the binaries other than bin/train.py, which returns
-    normally: its trainer gives up its input iterators when training ends
-    (train/controller.py, Trainer.close). Tearing down tf.data iterators at
-    interpreter exit once blocked for 58 s after a full default run here.
+    Called once the checkpoint and summaries are written. Tearing down tf.data
+    iterators can block (29 s after a SIGTERM stop, 58 s after a full default run
+    here; see train/controller.py PARKED); a preempted job has a short grace period,
+    so we do not wait.
     """
     logging.flush()
     sys.stdout.flush()

@@ -64,7 +64,7 @@ def _main() -> int:
         result = (async_loop if asynchronous else loop).train(exp, FLAGS.model_dir)
     except loop.Interrupted as e:
         logging.warning("%s", e)
-        return 128 + e.signum
+        common.exit_now(128 + e.signum)
     except (async_loop.ParameterServerLost, Diverged, model_dir_lib.DiskFull) as e:
         logging.error("%s", e)
         common.fail(str(e), code=1)
@@ -75,7 +75,7 @@ def _main() -> int:
                     f"{str(e).strip().splitlines()[0][:200]}); free space and relaunch to "
                     f"resume from the newest checkpoint", code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
-    return 0  # the trainer gave up its iterators: a normal exit does not wait on tf.data
+    common.exit_now(0)  # not through the input iterators' destructors: controller.PARKED
 
 
 if __name__ == "__main__":

@@ -390,7 +390,8 @@ class AsyncTrainer(controller_lib.Trainer):
                       f, indent=1)
 
     def close(self) -> None:
-        self.closures = None  # the per-worker iterators and closures; the count stays
+        controller_lib.PARKED.append(self.closures)  # the per-worker iterators: see PARKED
+        self.closures = None  # the count of finished rounds stays
 
 
 def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:

@@ -49,6 +49,13 @@ from paragan_tf.train import preemption
 
 Interrupted = preemption.Interrupted
 
+# Input iterators of closed trainers, never destroyed. Destroying a tf.data iterator can
+# block: dropping the Fashion-MNIST iterators (a partly read cache()) after a SIGTERM stop
+# of a MultiWorkerMirrored run took 29 s here on 2026-11-24, long enough for the
+# launcher's grace period to kill the worker; at the end of full default runs it took
+# 58 s. bin/train.py exits without destructors (bin/common.exit_now) while they sit here.
+PARKED: list = []
+
 
 @dataclasses.dataclass
 class Window:

@@ -247,9 +247,10 @@ class SyncTrainer(controller_lib.Trainer):
         logging.info("final weights digest %s", weights_digest(self.exp))
 
     def close(self) -> None:
-        self.real_it = self.noise_it = None
+        controller_lib.PARKED.extend([self.real_it, self.noise_it, self._service,
+                                      *self._retired])
+        self.real_it = self.noise_it = self._service = None
         self._retired.clear()
-        self._service = None
 
 
 def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
