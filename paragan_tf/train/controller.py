@@ -22,7 +22,8 @@ everything around that:
   workers of a multi-worker run still join the collective work.
 
 The trainer owns its input iterators and its cluster handles, and gives them up
-in `close()`, which the controller calls on every way out.
+in `close()`, which the controller calls on every way out: into PARKED, never
+destroyed (see there), so bin/train.py still ends through bin/common.exit_now.
 """
 
 from __future__ import annotations
