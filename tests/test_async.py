@@ -47,6 +47,18 @@ def _servers(workers: int = 2, ps: int = 1):
             proc.wait()
 
 
+def _coordinate(script: str, argument) -> dict:
+    """Runs `script` as the chief of a fresh cluster; its last output line, as JSON."""
+    with _servers() as chief:
+        out = subprocess.run([PYTHON, script, str(argument)], cwd=REPO,
+                             env=dict(os.environ, TF_CONFIG=chief), capture_output=True,
+                             text=True, timeout=240)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    print(report)  # the numbers, for the closing note (pytest -s)
+    return report
+
+
 def _chance_bound(a: int, b: int, population: int) -> float:
     """Examples two independent uniform draws of a and b share, plus 6 standard deviations."""
     mean = a * b / population
@@ -55,13 +67,7 @@ def _chance_bound(a: int, b: int, population: int) -> float:
 
 def test_each_worker_reads_its_own_permutation_and_the_pid_offset_scheme_did_not():
     batches = 4  # 256 examples per worker out of 5,000: ~13 shared by chance
-    with _servers() as chief:
-        out = subprocess.run([PYTHON, "tests/ps_streams.py", str(batches)], cwd=REPO,
-                             env=dict(os.environ, TF_CONFIG=chief), capture_output=True,
-                             text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    print(report)  # the numbers, for the closing note (pytest -s)
+    report = _coordinate("tests/ps_streams.py", batches)
     assert report["reproducible"], "a rebuilt input gave a worker other examples"
     for scheme in ("worker_seed", "pid_offset"):
         assert report[scheme]["examples"] == [batches * 64] * 2
@@ -74,13 +80,7 @@ def test_each_worker_reads_its_own_permutation_and_the_pid_offset_scheme_did_not
 
 def test_d_closures_train_on_the_buffer_while_a_g_closure_is_still_running():
     delay = 4.0
-    with _servers() as chief:
-        out = subprocess.run([PYTHON, "tests/ps_buffer.py", str(delay)], cwd=REPO,
-                             env=dict(os.environ, TF_CONFIG=chief), capture_output=True,
-                             text=True, timeout=240)
-    assert out.returncode == 0, out.stderr[-3000:]
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    print(report)
+    report = _coordinate("tests/ps_buffer.py", delay)
     free, handoff = report["free"], report["handoff"]
     # The slow G closure holds one worker; the three D closures run on the other, on the
     # fakes the buffer was filled with (no G update yet: age 0), and are done before it.
