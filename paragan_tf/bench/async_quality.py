@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 from paragan_tf.bench import cluster
 from paragan_tf.errors import ConfigError
@@ -59,20 +58,6 @@ def _classifier(path: str, config: str, epochs: int, progress: Callable[[str], N
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _progress_times(log_path: str, task: str, word: str) -> List[tuple]:
-    """(step, seconds) of one task's progress lines ("<word> N/M"), from absl's timestamps."""
-    pattern = re.compile(rf"\[{re.escape(task)}\] I\d{{4}} (\d+):(\d+):([\d.]+) .* {word} "
-                         rf"(\d+)/")
-    found = []
-    with open(log_path) as f:
-        for line in f:
-            match = pattern.search(line)
-            if match:
-                h, m, s, step = match.groups()
-                found.append((int(step), int(h) * 3600 + int(m) * 60 + float(s)))
-    return found
-
-
 def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], straggler: bool,
            budget_seconds: float, progress: Callable[[str], None]) -> str:
     """Launches one arm; SIGTERM `budget_seconds` after its first progress line (start-up
@@ -90,7 +75,7 @@ def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], stra
     with open(log_path, "w") as log:
         launch = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT
-        while not _progress_times(log_path, task, word):
+        while not cluster.progress_times(log_path, task, word):
             if launch.poll() is not None or time.monotonic() > deadline:
                 launch.send_signal(signal.SIGTERM)
                 launch.wait(timeout=180)
@@ -130,18 +115,15 @@ def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str
                             "train.sample_every=100000000", "eval.every_steps=0"]
     log_path = _train(name, model_dir, config, bindings, condition == "straggler",
                       budget_seconds, progress)
-    times = (_progress_times(log_path, "worker:0", "step") if synchronous
-             else _progress_times(log_path, "chief:0", "round"))
-    if len(times) < 2:
-        raise RuntimeError(f"{name}: fewer than 2 progress lines in {log_path}")
-    (s0, t0), (s1, t1) = times[0], times[-1]
-    images_per_step = batch * 2  # train.d_steps = 2 real batches a step (or round)
+    # train.d_steps = 2 real batches a step (or round)
+    rate = (cluster.progress_rate(log_path, "worker:0", "step", batch * 2) if synchronous
+            else cluster.progress_rate(log_path, "chief:0", "round", batch * 2))
     final = _evaluate(model_dir, classifier_dir, eval_samples)
     if synchronous:
         closures = {"worker:0": final["step"], "worker:1": final["step"]}
     else:
         closures = cluster.closures_by_task(model_dir)
-    result = {"images_per_sec": (s1 - s0) * images_per_step / (t1 - t0),
+    result = {"images_per_sec": rate,
               "steps": final["step"], "fcd": final["fcd"],
               "conditional_accuracy": final["conditional_accuracy"],
               "closures_by_worker": closures, "batch_per_update": batch}

@@ -98,20 +98,29 @@ def scaling(per_worker_batch: int = 32, steps: int = 30, progress=print,
             "per_step_1": parts[1], "per_step_2": parts[2]}
 
 
-def async_rate(log_path: str, images_per_round: int) -> float:
-    """Images/s of an asynchronous run from its first to its last progress line (start-up
-    and tracing left out), from absl's timestamps."""
-    times = []
+def progress_times(log_path: str, task: str, word: str) -> List[tuple]:
+    """(step, seconds) of one task's progress lines ("<word> N/M") in a launcher log, from
+    absl's timestamps."""
+    pattern = re.compile(rf"\[{re.escape(task)}\] I\d{{4}} (\d+):(\d+):([\d.]+) .* {word} "
+                         rf"(\d+)/")
+    found = []
     with open(log_path) as f:
         for line in f:
-            match = re.search(r"\[chief:0\] I\d{4} (\d+):(\d+):([\d.]+) .* round (\d+)/", line)
+            match = pattern.search(line)
             if match:
-                h, m, s, rounds = match.groups()
-                times.append((int(rounds), int(h) * 3600 + int(m) * 60 + float(s)))
+                h, m, s, step = match.groups()
+                found.append((int(step), int(h) * 3600 + int(m) * 60 + float(s)))
+    return found
+
+
+def progress_rate(log_path: str, task: str, word: str, images_per_step: int) -> float:
+    """Images/s from a task's first to its last progress line (start-up and tracing left
+    out)."""
+    times = progress_times(log_path, task, word)
     if len(times) < 2:
-        raise RuntimeError(f"{log_path}: fewer than 2 progress lines to time rounds by")
-    (r0, t0), (r1, t1) = times[0], times[-1]
-    return (r1 - r0) * images_per_round / (t1 - t0)
+        raise RuntimeError(f"{log_path}: fewer than 2 progress lines of {task} to time by")
+    (s0, t0), (s1, t1) = times[0], times[-1]
+    return (s1 - s0) * images_per_step / (t1 - t0)
 
 
 def closures_by_task(model_dir: str) -> Dict[str, int]:
@@ -146,7 +155,8 @@ def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float 
                  [PS, f"train.batch_size={per_worker_batch}",
                   f"async_train.max_staleness={max_staleness}"]
                  + _steps(2 * steps, every), num_ps=1, **slow)
-            rates[name] = async_rate(os.path.join(tmp, name + ".log"), per_worker_batch * 2)
+            rates[name] = progress_rate(os.path.join(tmp, name + ".log"), "chief:0", "round",
+                                        per_worker_batch * 2)
             closures[name] = closures_by_task(os.path.join(tmp, name))
             progress(f"{name}: {rates[name]:.1f} images/s between its progress lines, "
                      f"closures {closures[name]}")
