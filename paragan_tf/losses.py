@@ -48,6 +48,23 @@ def wasserstein(real_logits: tf.Tensor, fake_logits: tf.Tensor, gen_logits: tf.T
 
 
 @gin.configurable
+def relativistic(real_logits: tf.Tensor, fake_logits: tf.Tensor, gen_logits: tf.Tensor):
+    """Relativistic pairing loss (Jolicoeur-Martineau 2019; R3GAN, Huang et al. 2024).
+
+    D: softplus(D(G(z_i)) - D(x_i)); G: softplus(D(x_i) - D(G(z_i))): each fake is
+    judged against a real partner, not against a fixed threshold. R3GAN pairs it
+    with R1 and R2 (`penalties.r1_gamma`, `penalties.r2_gamma`). In G's update
+    `real_logits` are D's logits of the step's last real batch (train/step.py).
+    """
+    d = tf.nn.softplus(fake_logits - real_logits)
+    g = tf.nn.softplus(real_logits - gen_logits)
+    return d, g
+
+
+relativistic.pairs_real = True  # G's update needs real logits (train/step.py)
+
+
+@gin.configurable
 def loss(fn: LossFn = hinge) -> LossFn:
     """The loss pair chosen in gin: `loss.fn = @non_saturating`."""
     return fn

@@ -102,7 +102,9 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
                           ("train.profile_steps = 2", "train.profile_steps=2"),
                           ("eval.every_steps = 2", "eval.every_steps=2"),
                           ("input_pipeline.service_workers = 1",
-                           "input_pipeline.service_workers=1")):
+                           "input_pipeline.service_workers=1"),
+                          ("penalties.lecam_weight = 0.3", "penalties.lecam_weight=0.3"),
+                          ("loss.fn = @relativistic", "loss.fn='@relativistic'")):
         with pytest.raises(ConfigError, match=re.escape(name) + " is not available under "
                            "strategy.kind='parameter_server'"):
             check(binding)
@@ -138,11 +140,14 @@ def _ps_launch(model_dir, *bindings):
 
 def test_async_nan_guard_counts_skipped_rounds_and_stops_a_diverged_run(tmp_path):
     # As the synchronous test: D's learning rate of 1e38 makes every later D update
-    # non-finite.
+    # non-finite. The closures also run DiffAugment and the lazy R1 and bCR penalties
+    # (they work in closures; LeCam and the relativistic loss are refused, above).
     model_dir = tmp_path / "diverge"
     run = _ps_launch(model_dir, "train.total_steps=200", "train.log_every=1",
                      "train.checkpoint_every=1", "train.max_consecutive_skips=3",
-                     "train.max_to_keep=300", "D/optimizer.learning_rate=1e38")
+                     "train.max_to_keep=300", "D/optimizer.learning_rate=1e38",
+                     "augment.policy='color,translation,cutout'", "penalties.r1_gamma=1.0",
+                     "penalties.lazy_interval=2", "penalties.bcr_real=1.0")
     assert run.finish() == 1, run.output()[-3000:]
     out = run.output()
     assert re.search(r"train.py: error: 3 consecutive rounds \(to round \d+\) had an update "

@@ -109,7 +109,8 @@ class _Closures:
         dim_z, classes = exp.generator.dim_z, exp.classes
         gan_step = step_lib.GANStep(
             exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
-            step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg))
+            step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg,
+                                augment=exp.augment, penalties=exp.penalties))
         real_fn = pipeline.real_input_fn(exp.source, exp.data, batch,
                                          cfg.seed * 1_000_003 + start, per_worker=True,
                                          classes=classes, inputs=exp.input_config)
@@ -292,6 +293,11 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
                                 "coordinator would trace only its dispatching; set it to 0"),
         "train.simultaneous": (cfg.simultaneous, "every asynchronous G closure already reads "
                                "whichever D the servers hold; set it to False"),
+        "penalties.lecam_weight": (exp.penalties.lecam_weight, "its moving averages would be "
+                                   "read and written by concurrent D closures; set it to 0"),
+        "loss.fn": ("@relativistic" if getattr(exp.loss_fn, "pairs_real", False) else None,
+                    "a G closure has no real batch to pair its images with; use @hinge or "
+                    "@non_saturating"),
     }
     for name, (value, why) in refused.items():
         if value:

@@ -15,9 +15,11 @@ from absl import logging
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf import augment as augment_lib
 from paragan_tf import layout as layout_lib
 from paragan_tf import losses
 from paragan_tf import memory as memory_lib
+from paragan_tf import penalties as penalties_lib
 from paragan_tf.data import class_groups
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
@@ -57,6 +59,9 @@ class Experiment:
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
+    augment: Optional[augment_lib.DiffAugment] = None
+    penalties: penalties_lib.Penalties = penalties_lib.Penalties()
+    lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
 
     def trackables(self) -> dict:
         """What a checkpoint holds."""
@@ -64,7 +69,8 @@ class Experiment:
                     generator_ema=self.generator_ema, g_optimizer=self.g_optimizer,
                     d_optimizer=self.d_optimizer, step=self.step,
                     skipped_steps=self.health.skipped, consecutive_skips=self.health.consecutive,
-                    input_state=self.input_state)
+                    input_state=self.input_state,
+                    **({} if self.lecam_state is None else dict(lecam_state=self.lecam_state)))
 
 
 def build(strategy: Optional[tf.distribute.Strategy] = None,
@@ -89,6 +95,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         input_config = dataclasses.replace(input_config, prepared=True, num_shards=shards)
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
+    augment = augment_lib.augment_config()
+    penalties = penalties_lib.penalties_config()
     strategy = strategy or strategy_lib.make_strategy()
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)
@@ -123,12 +131,15 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
                         tf.Variable(0, dtype=tf.int64, trainable=False, name="consecutive_skips"))
         input_state = tf.Variable([config.seed * 1_000_003] * 2 + [0], dtype=tf.int64,
                                   trainable=False, name="input_state")
+        # Written in replica context with the same all-reduced value on every replica.
+        lecam_state = (tf.Variable([0.0, 0.0], trainable=False, name="lecam_state",
+                                   aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+                       if penalties.lecam_weight > 0 else None)
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
     return Experiment(config, data, input_config, source, strategy, generator, discriminator,
                       generator_ema, g_optimizer, d_optimizer, step, health, input_state, ema,
-                      loss_fn, classes,
-                      layout)
+                      loss_fn, classes, layout, augment, penalties, lecam_state)
 
 
 def memory_plan(exp: Experiment, memory_gib: Optional[float] = None) -> dict:

@@ -46,7 +46,8 @@ def make_gan_step(exp: experiment_lib.Experiment) -> step_lib.GANStep:
     return step_lib.GANStep(
         exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
         step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
-                            cfg.ortho_reg, cfg.simultaneous))
+                            cfg.ortho_reg, cfg.simultaneous, exp.augment, exp.penalties),
+        lecam_state=exp.lecam_state)
 
 
 def real_batches(exp: experiment_lib.Experiment, seed: int,

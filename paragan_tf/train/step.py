@@ -25,7 +25,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf import augment as augment_lib
 from paragan_tf import losses as losses_lib
+from paragan_tf import penalties as penalties_lib
 from paragan_tf import regularizers
 
 Batch = Tuple[tf.Tensor, tf.Tensor]
@@ -55,16 +57,27 @@ class StepConfig:
     # update and the G update are computed from the same snapshot of G and D,
     # then both applied (G_{t+1} against D_t instead of D_{t+1}).
     simultaneous: bool = False
+    # What D's inputs go through (augment.py), and D's output regularisers (penalties.py).
+    augment: Optional[augment_lib.DiffAugment] = None
+    penalties: penalties_lib.Penalties = penalties_lib.Penalties()
 
 
 class GANStep:
-    """Holds the networks, optimizers and loss, and computes one replica's step."""
+    """Holds the networks, optimizers and loss, and computes one replica's step.
+
+    lecam_state: float32 [2], the moving averages of D's mean real and fake logits
+    (LeCam); required when penalties.lecam_weight > 0, updated after each D update.
+    """
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model,
-                 g_optimizer, d_optimizer, loss_fn: losses_lib.LossFn, config: StepConfig):
+                 g_optimizer, d_optimizer, loss_fn: losses_lib.LossFn, config: StepConfig,
+                 lecam_state: Optional[tf.Variable] = None):
         self.generator, self.discriminator = generator, discriminator
         self.g_optimizer, self.d_optimizer = g_optimizer, d_optimizer
         self.loss_fn, self.config = loss_fn, config
+        self.lecam_state = lecam_state
+        if config.penalties.lecam_weight > 0 and lecam_state is None:
+            raise ValueError("penalties.lecam_weight > 0 needs the LeCam state variable")
 
     @property
     def real_batches_per_step(self) -> int:
@@ -106,30 +119,96 @@ class GANStep:
             return tf.cond(healthy, update, lambda: tf.constant(False))
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
 
+    def _augmented(self, images: tf.Tensor, z: tf.Tensor, salt: int) -> tf.Tensor:
+        if self.config.augment is None:
+            return images
+        return self.config.augment(images, augment_lib.seed_from(z, salt))
+
     def _d_micro(self, real: Batch, noise: Batch, fakes=None):
         images, labels = real
         z, fake_labels = noise
         if fakes is None:  # else made earlier by some G (the sample buffer)
             fakes = self.generator((z, fake_labels), training=True)
         fakes = tf.stop_gradient(fakes)
+        # One D call on real+fake: one SN power iteration per update, one big batch.
+        inputs = self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0), z, 1)
+        both_labels = tf.concat([fake_labels, labels], 0)
         with tf.GradientTape() as tape:
-            # One D call on real+fake: one SN power iteration per update, one big batch.
-            logits = self.discriminator(
-                (tf.concat([tf.cast(fakes, images.dtype), images], 0),
-                 tf.concat([fake_labels, labels], 0)), training=True)
+            logits = self.discriminator((inputs, both_labels), training=True)
             fake_logits, real_logits = tf.split(logits, 2)
             d_loss, _ = self.loss_fn(real_logits, fake_logits, fake_logits)
+            if self.config.penalties.any:
+                d_loss += self._d_penalties(inputs, both_labels, real_logits, fake_logits, z)
             loss = average_over_global_batch(d_loss, self.config.global_batch_size)
             loss /= self.config.accumulation
         grads = tape.gradient(loss, self.discriminator.trainable_variables)
         return loss, grads, real_logits, fake_logits
 
-    def _g_micro(self, noise: Batch):
+    def _d_penalties(self, inputs, labels, real_logits, fake_logits, z) -> tf.Tensor:
+        """D's output regularisers per (fake, real) pair, float32 (penalties.py)."""
+        p = self.config.penalties
+        terms = tf.zeros_like(real_logits, tf.float32)
+        if p.input_gradients:
+            terms += self._gradient_penalties(inputs, labels)
+        if p.lecam_weight > 0:
+            terms += penalties_lib.lecam(real_logits, fake_logits, self.lecam_state[0],
+                                         self.lecam_state[1], p.lecam_weight)
+        if p.bcr:
+            moved = augment_lib.consistency_transform(inputs, augment_lib.seed_from(z, 2))
+            moved_fake, moved_real = tf.split(
+                self.discriminator((moved, labels), training=True), 2)
+            terms += (penalties_lib.consistency(real_logits, moved_real, p.bcr_real) +
+                      penalties_lib.consistency(fake_logits, moved_fake, p.bcr_fake))
+        return terms
+
+    def _gradient_penalties(self, inputs, labels) -> tf.Tensor:
+        """R1 on the real half, R2 on the fake half; every `lazy_interval`-th D update x k.
+
+        A D pass of its own with training=False (no power-iteration update, so it may
+        sit in a tf.cond), differentiated with respect to a float32 input.
+        """
+        p = self.config.penalties
+
+        def penalty():
+            x = tf.cast(inputs, tf.float32)
+            with tf.GradientTape(watch_accessed_variables=False) as input_tape:
+                input_tape.watch(x)
+                logits = self.discriminator((x, labels), training=False)
+                total = tf.reduce_sum(tf.cast(logits, tf.float32))
+            fake_grads, real_grads = tf.split(input_tape.gradient(total, x), 2)
+            return p.lazy_interval * (penalties_lib.gradient_penalty(real_grads, p.r1_gamma) +
+                                      penalties_lib.gradient_penalty(fake_grads, p.r2_gamma))
+        if p.lazy_interval == 1:
+            return penalty()
+        due = tf.equal(self.d_optimizer.iterations % p.lazy_interval, 0)
+        return tf.cond(due, penalty, lambda: tf.zeros([tf.shape(inputs)[0] // 2]))
+
+    def _update_lecam(self, real_sum, fake_sum, count, applied) -> None:
+        """Moves LeCam's averages toward this update's global mean logits (if applied)."""
+        if self.config.penalties.lecam_weight <= 0:
+            return
+        ctx = tf.distribute.get_replica_context()
+        means = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.stack([real_sum, fake_sum])) / count
+        decay = self.config.penalties.lecam_decay
+        state = tf.convert_to_tensor(self.lecam_state)
+        self.lecam_state.assign(tf.where(applied, decay * state + (1.0 - decay) * means, state))
+
+    def _g_micro(self, noise: Batch, real: Optional[Batch] = None):
+        """real: a real batch for losses that pair G's images with real ones (relativistic)."""
         z, fake_labels = noise
         with tf.GradientTape() as tape:
             fakes = self.generator((z, fake_labels), training=True)
-            logits = self.discriminator((fakes, fake_labels), training=True)
-            _, g_loss = self.loss_fn(logits, logits, logits)
+            if getattr(self.loss_fn, "pairs_real", False):
+                images, labels = real
+                logits = self.discriminator(
+                    (self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0), z, 3),
+                     tf.concat([fake_labels, labels], 0)), training=True)
+                logits, real_logits = tf.split(logits, 2)
+            else:
+                logits = self.discriminator((self._augmented(fakes, z, 3), fake_labels),
+                                            training=True)
+                real_logits = logits
+            _, g_loss = self.loss_fn(real_logits, logits, logits)
             loss = average_over_global_batch(g_loss, self.config.global_batch_size)
             loss /= self.config.accumulation
         return loss, tape.gradient(loss, self.generator.trainable_variables), fakes
@@ -166,14 +245,16 @@ class GANStep:
             fake_sum += tf.reduce_sum(fake_logits)
         return loss_sum, grads, real_sum, fake_sum
 
-    def g_gradients(self, noise: Sequence[Batch], fakes_out: Optional[list] = None):
+    def g_gradients(self, noise: Sequence[Batch], fakes_out: Optional[list] = None,
+                    real: Optional[Sequence[Batch]] = None):
         """One G update's loss and gradients over its micro-batches.
 
         fakes_out: a list that receives the images G generated (the sample buffer).
+        real: real micro-batches for a loss that pairs them with G's (relativistic).
         """
         grads, loss_sum = None, 0.0
-        for noise_batch in noise:
-            loss, g, fakes = self._g_micro(noise_batch)
+        for noise_batch, real_batch in zip(noise, real or [None] * len(noise)):
+            loss, g, fakes = self._g_micro(noise_batch, real_batch)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
             if fakes_out is not None:
                 fakes_out.append(fakes)
@@ -248,9 +329,12 @@ class GANStep:
         healthy = tf.constant(True)
         d_loss = d_norm = real_sum = fake_sum = 0.0
         g_noise = noise[cfg.d_steps * k:]
+        # A paired loss compares G's images with the last D update's real batches.
+        g_real = real[(cfg.d_steps - 1) * k:] if getattr(self.loss_fn, "pairs_real",
+                                                          False) else None
 
         def g_update():  # (this replica's loss share, all-reduced grads, finite, norm)
-            loss, grads = self.g_gradients(g_noise)
+            loss, grads = self.g_gradients(g_noise, real=g_real)
             return (loss,) + self._all_reduce(loss, grads)[1:]
         for d in range(cfg.d_steps):
             loss, grads, r, f = self.d_gradients(real[d * k:(d + 1) * k], noise[d * k:(d + 1) * k])
@@ -262,8 +346,10 @@ class GANStep:
                 g_loss, g_grads, g_finite, g_norm = g_update()
                 healthy = tf.logical_and(healthy, g_finite)
                 self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
+                self._update_lecam(r, f, float(cfg.global_batch_size * k), healthy)
                 break
             self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
+            self._update_lecam(r, f, float(cfg.global_batch_size * k), healthy)
         if not cfg.simultaneous:
             g_loss, g_grads, g_finite, g_norm = g_update()
             healthy = tf.logical_and(healthy, g_finite)
