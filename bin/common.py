@@ -66,9 +66,9 @@ def exit_now(code: int) -> NoReturn:
     """Flushes our output, then exits without running TensorFlow's destructors.
 
     Called once the checkpoint and summaries are written. Tearing down tf.data
-    iterators can block (29 s after a SIGTERM stop, 58 s after a full default run
-    here; see train/controller.py PARKED); a preempted job has a short grace period,
-    so we do not wait.
+    iterators can block for up to 60 s (TensorFlow's MultiDeviceIterator joins an
+    autotune thread; see train/controller.py PARKED); a preempted job has a short
+    grace period, so we do not wait.
     """
     logging.flush()
     sys.stdout.flush()

@@ -50,11 +50,18 @@ from paragan_tf.train import preemption
 
 Interrupted = preemption.Interrupted
 
-# Input iterators of closed trainers, never destroyed. Destroying a tf.data iterator can
-# block: dropping the Fashion-MNIST iterators (a partly read cache()) after a SIGTERM stop
-# of a MultiWorkerMirrored run took 29 s here on 2026-11-24, long enough for the
-# launcher's grace period to kill the worker; at the end of full default runs it took
-# 58 s. bin/train.py exits without destructors (bin/common.exit_now) while they sit here.
+# Input iterators of closed trainers, never destroyed. Destroying one can block for up to
+# a minute, in TensorFlow (2.21): tf.distribute hands a worker's batches to its replicas
+# through a MultiDeviceIterator whose per-device iterator has a tf.data autotune thread,
+# and its destructor joins that thread, which sleeps through the cancellation until its
+# next autotune period (the period doubles up to 60 s). Seen here on 2026-11-24 with gdb
+# (the main thread in RootDataset::Iterator::~Iterator waiting on its model thread,
+# Model::OptimizeLoop): 71.9 s for one MultiWorkerMirrored worker of two after a normal
+# end, 0.3 s for the other; 29 s after a SIGTERM stop, long enough for the launcher's
+# grace period to kill the worker. The input options that avoid the MultiDeviceIterator
+# (InputReplicationMode.PER_REPLICA without fetch_to_device) are refused by
+# MultiWorkerMirrored and OneDevice strategies. So bin/train.py exits without
+# destructors (bin/common.exit_now) once everything is written, while they sit here.
 PARKED: list = []
 
 
