@@ -178,7 +178,8 @@ def divide_cores(cores: Sequence[int], parallel: int) -> List[List[int]]:
 # What the summary table reports, best first by the first quality metric present.
 QUALITY = ("fcd", "fid")  # lower is better
 COLUMNS = ("fcd", "fid", "conditional_accuracy", "classifier_score", "inception_score",
-           "perf/images_per_sec", "loss/D", "loss/G", "step")
+           "precision", "recall", "perf/images_per_sec", "loss/D", "loss/G", "step",
+           "eval_protocol")  # what the quality columns measured (eval/evaluator.py)
 
 
 def summarize(runs: Sequence[Run]) -> List[Dict[str, Any]]:

@@ -165,6 +165,50 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert [e["step"] for e in saved["evaluations"]] == [2, 4]
     assert "fcd" in result and saved["best"]["step"] in (2, 4)
+    # Every value carries what it measured (mnist5k has no test split: the train split).
+    assert saved["protocol"]["name"] == "fcd0.1k_train0.1k"
+    assert saved["protocol"] | {"extractor_path": None} == {
+        "name": "fcd0.1k_train0.1k", "extractor": "classifier", "extractor_path": None,
+        "generated": 100, "real": 100, "reference_split": "train",
+        "resize": "padded if smaller, else centre-cropped and area-resized to 32 px",
+        "prdc_samples": 100, "nearest_k": 5}
+    for entry in saved["evaluations"]:
+        assert entry["protocol"] == "fcd0.1k_train0.1k"
+        for key in ("precision", "recall", "density", "coverage", "intra_class_fcd"):
+            assert np.isfinite(entry[key]), key
+        assert 0 <= entry["precision"] <= 1 and 0 <= entry["coverage"] <= 1
+    events = tf.io.gfile.glob(str(tmp_path / "events.out.tfevents.*"))
+    described = {v.tag: v.metadata.summary_description for e in events
+                 for ev in tf.compat.v1.train.summary_iterator(e) for v in ev.summary.value
+                 if v.tag.startswith("metrics/")}
+    assert described["metrics/precision"].startswith("fcd0.1k_train0.1k: classifier features")
+
+
+def test_precision_recall_density_coverage_match_their_definitions():
+    """1-D features, k = 1: each real sample's ball reaches its nearest real neighbour (1)."""
+    real = np.array([[0.0], [1.0], [2.0], [3.0]])
+    generated = np.array([[0.5], [10.0], [11.0]])  # one inside the real balls, two far
+    out = metrics.precision_recall_density_coverage(real, generated, nearest_k=1)
+    # precision: 0.5 lies in the balls of 0 and 1, 10 and 11 in none -> 1/3.
+    # recall: 0.5's ball reaches its nearest generated neighbour (10, radius 9.5): it holds
+    # all 4 reals -> 1. density: (2 balls + 0 + 0) / (k * 3 samples) = 2/3.
+    # coverage: the balls of reals 0 and 1 hold a generated sample -> 2/4.
+    assert out == pytest.approx(dict(precision=1 / 3, recall=1.0, density=2 / 3, coverage=0.5))
+    far = metrics.precision_recall_density_coverage(real, generated + 100.0, nearest_k=1)
+    assert far["precision"] == 0 and far["density"] == 0 and far["coverage"] == 0
+
+
+def test_intra_class_distance_averages_the_per_class_distances():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(200, 3)), rng.normal(size=(200, 3))
+    labels = np.repeat([0, 1], 200)
+    real = np.concatenate([a, b])
+    generated = np.concatenate([a, b + 2.0])  # class 0 identical; class 1 shifted by 2
+    out = metrics.intra_class_frechet(real, labels, generated, labels)
+    # class 0: 0; class 1: ||shift||^2 = 3 * 4 = 12 (the covariances are equal).
+    assert out == pytest.approx((0.0 + 12.0) / 2, abs=1e-6)
+    # The pooled distance mixes the classes and is not their mean: a negative control.
+    assert metrics.frechet_distance(real, generated) != pytest.approx(out, abs=0.5)
 
 
 def test_soft_class_weights_equal_integer_labels_so_class_interpolation_is_exact(tiny_gin):

@@ -49,13 +49,16 @@ class EvalConfig:
     inception_path: Optional[str]
     kid_block_size: int
     seed: int
+    prdc_samples: int = 5000
+    nearest_k: int = 5
 
 
 @gin.configurable("eval")
 def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 10000,
                 batch_size: int = 250, feature_extractor: str = "classifier",
                 classifier_path: Optional[str] = None, inception_path: Optional[str] = None,
-                kid_block_size: int = 1000, seed: int = 12345) -> EvalConfig:
+                kid_block_size: int = 1000, seed: int = 12345, prdc_samples: int = 5000,
+                nearest_k: int = 5) -> EvalConfig:
     """Evaluation settings.
 
     Args:
@@ -69,6 +72,9 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
       classifier_path, inception_path: the extractor's SavedModel directory.
       kid_block_size: the kernel distance is averaged over blocks of at most this size.
       seed: of the evaluation latents (the same for every evaluation).
+      prdc_samples: precision, recall, density and coverage compare at most this many
+        generated and real samples (their distance matrices are held in memory whole).
+      nearest_k: the neighbourhood size of those four metrics (Naeem et al.'s 5).
     """
     if every_steps < 0 or num_samples <= 0 or num_real <= 0 or batch_size <= 0:
         raise ConfigError("eval.every_steps must be >= 0, eval.num_samples, eval.num_real "
@@ -77,8 +83,12 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
         if n % batch_size:
             raise ConfigError(f"eval.{name}={n} must be a multiple of eval.batch_size="
                               f"{batch_size}")
+    if prdc_samples <= nearest_k + 1 or nearest_k < 1:
+        raise ConfigError(f"eval.prdc_samples={prdc_samples} must exceed eval.nearest_k + 1 "
+                          f"(eval.nearest_k={nearest_k} >= 1)")
     return EvalConfig(every_steps, num_samples, num_real, batch_size, feature_extractor,
-                      classifier_path, inception_path, kid_block_size, seed)
+                      classifier_path, inception_path, kid_block_size, seed, prdc_samples,
+                      nearest_k)
 
 
 class Evaluator:
@@ -97,7 +107,18 @@ class Evaluator:
             self.extractor = features_lib.load(cfg.feature_extractor, path, exp.data.resolution,
                                                exp.source.channels, exp.source.name)
         self.names = self.extractor.names
-        self._real: Optional[np.ndarray] = None
+        self._real: Optional[Dict[str, np.ndarray]] = None
+        try:  # the reference images: the test split when the dataset has one
+            self._reference = exp.source.make("test")
+            self.reference_split = "test"
+        except ConfigError:
+            self._reference = exp.source.make(exp.data.split)
+            self.reference_split = exp.data.split
+        self.protocol = self._protocol()
+        if self.protocol["prdc_samples"] <= cfg.nearest_k + 1:
+            raise ConfigError(f"eval.num_samples={cfg.num_samples} and eval.num_real="
+                              f"{cfg.num_real} must exceed eval.nearest_k + 1 ("
+                              f"{cfg.nearest_k + 1}) for precision, recall, density, coverage")
         tf.io.gfile.makedirs(output_dir)
         self.history = self._read_history()
 
@@ -107,7 +128,32 @@ class Evaluator:
             with tf.io.gfile.GFile(path) as f:
                 return json.load(f)
         return {"metric": self.names["frechet"], "extractor": self.extractor.kind,
-                "extractor_path": self.extractor.path, "evaluations": [], "best": None}
+                "extractor_path": self.extractor.path, "protocol": self.protocol,
+                "evaluations": [], "best": None}
+
+    def _protocol(self) -> Dict[str, object]:
+        """What every value of this evaluator measured: name, extractor, counts, split, resize.
+
+        The name follows StyleGAN2-ADA's (`fid50k_full`): the distance, the generated
+        samples in thousands, the reference split and its size, e.g. `fcd5k_test10k`.
+        """
+        cfg, exp = self.config, self.exp
+        fits = {"pad": "padded (larger: cropped)", "resize": "centre-cropped and area-resized",
+                "auto": "padded if smaller, else centre-cropped and area-resized"}
+        resize = f"{fits.get(exp.data.fit, exp.data.fit)} to {exp.data.resolution} px"
+        if self.extractor.kind == "inception":
+            resize += f", bilinear to {features_lib.INCEPTION_SIZE} px"
+
+        def thousands(n):
+            return f"{n / 1000:g}k"
+        name = (f"{self.names['frechet']}{thousands(cfg.num_samples)}_{self.reference_split}"
+                f"{thousands(cfg.num_real)}")
+        return {"name": name, "extractor": self.extractor.kind,
+                "extractor_path": self.extractor.path, "generated": cfg.num_samples,
+                "real": cfg.num_real, "reference_split": self.reference_split,
+                "resize": resize, "prdc_samples": min(cfg.prdc_samples, cfg.num_samples,
+                                                      cfg.num_real),
+                "nearest_k": cfg.nearest_k}
 
     def _run(self, dataset: tf.data.Dataset, fn) -> Dict[str, np.ndarray]:
         """fn on every batch of `dataset`, per replica under the strategy; outputs concatenated."""
@@ -120,25 +166,23 @@ class Evaluator:
         parts = [step(batch) for batch in strategy.experimental_distribute_dataset(dataset)]
         return {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]}
 
-    def real_features(self) -> np.ndarray:
-        """Features of `num_real` real images (computed once)."""
+    def real_features(self) -> Dict[str, np.ndarray]:
+        """Features and labels of `num_real` real images (computed once)."""
         if self._real is None:
             cfg, exp = self.config, self.exp
-            try:
-                ds = exp.source.make("test")
-            except ConfigError:
-                ds = exp.source.make(exp.data.split)
+            ds = self._reference
             # Per-class runs are compared with the real images of their own classes.
             ds = pipeline.keep_classes(ds, exp.classes, exp.source.num_classes)
-            ds = ds.map(lambda image, label: pipeline.fit_image(image, exp.data.resolution,
-                                                                exp.data.fit),
+            ds = ds.map(lambda image, label: (pipeline.fit_image(image, exp.data.resolution,
+                                                                 exp.data.fit), label),
                         num_parallel_calls=tf.data.AUTOTUNE).take(cfg.num_real)
             out = self._run(ds.batch(cfg.batch_size, drop_remainder=True),
-                            lambda images: {"features": self.extractor.call(images)["features"]})
+                            lambda batch: {"features": self.extractor.call(batch[0])["features"],
+                                           "labels": batch[1]})
             if len(out["features"]) < cfg.num_real:
                 raise ConfigError(f"eval.num_real={cfg.num_real} but the data has only "
                                   f"{len(out['features'])} images")
-            self._real = out["features"]
+            self._real = out
         return self._real
 
     def _generated(self) -> Dict[str, np.ndarray]:
@@ -164,25 +208,32 @@ class Evaluator:
         cfg, exp, names = self.config, self.exp, self.names
         sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
                                        classes=exp.classes)
-        real = self.real_features()
+        real_out = self.real_features()
+        real = real_out["features"]
         gen = self._generated()
         kid, kid_std = metrics.kernel_distance(real, gen["features"], cfg.kid_block_size)
         result = {names["frechet"]: metrics.frechet_distance(real, gen["features"]),
                   names["kernel"]: kid, names["score"]: metrics.classifier_score(gen["logits"])}
         if np.isfinite(kid_std):  # undefined with a single block (fewer samples than a block)
             result[names["kernel"] + "_std"] = kid_std
+        result["intra_class_" + names["frechet"]] = metrics.intra_class_frechet(
+            real, real_out["labels"], gen["features"], gen["labels"])
+        n = self.protocol["prdc_samples"]
+        # The generated samples cycle through the classes, so any prefix is balanced.
+        result.update(metrics.precision_recall_density_coverage(
+            real[:n], gen["features"][:n], cfg.nearest_k))
         if self.extractor.kind == "classifier":
             result["conditional_accuracy"] = metrics.conditional_accuracy(
                 np.argmax(gen["logits"], -1), gen["labels"])
-        logging.info("eval at step %d (%.0f s, %d samples vs %d real): %s", step,
-                     time.perf_counter() - start, len(gen["features"]), len(real),
-                     "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
+        logging.info("eval at step %d (%.0f s, %s): %s", step, time.perf_counter() - start,
+                     self.protocol["name"], "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
         if not self.write:
             return result
         if writer is not None:
             with writer.as_default():
                 for k, v in result.items():
-                    tf.summary.scalar(f"metrics/{k}", v, step=step)
+                    tf.summary.scalar(f"metrics/{k}", v, step=step,
+                                      description=self.describe())
         self._record(step, checkpoint, result)
         return result
 
@@ -190,7 +241,7 @@ class Evaluator:
         # The file is the record: another Evaluator (the training loop's) may have added to it.
         history, key = self._read_history(), self.names["frechet"]
         self.history = history
-        entry = dict(step=step, checkpoint=checkpoint, **result)
+        entry = dict(step=step, checkpoint=checkpoint, protocol=self.protocol["name"], **result)
         history["evaluations"] = [e for e in history["evaluations"] if e["step"] != step]
         history["evaluations"].append(entry)
         best = history.get("best")
@@ -202,6 +253,14 @@ class Evaluator:
         with tf.io.gfile.GFile(path + ".tmp", "w") as f:
             json.dump(history, f, indent=1)
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+    def describe(self) -> str:
+        """The protocol in one line, for summaries and tables."""
+        p = self.protocol
+        return (f"{p['name']}: {p['extractor']} features ({p['extractor_path']}), "
+                f"{p['generated']} generated vs {p['real']} real images of the "
+                f"{p['reference_split']} split, {p['resize']}; precision/recall/density/"
+                f"coverage on {p['prdc_samples']} each, k={p['nearest_k']}")
 
     def _keep_best(self, checkpoint: str) -> str:
         """Copies the checkpoint's files to output_dir/best/ (replacing the previous best)."""

@@ -10,9 +10,12 @@ features of our own dataset classifier give the Fréchet Classifier Distance
 
 from __future__ import annotations
 
-from typing import Tuple
+import contextlib
+import io
+from typing import Dict, Tuple
 
 import numpy as np
+import prdc
 import tensorflow as tf
 
 from paragan_tf.tfgan_compat import classifier_metrics as _tfgan
@@ -45,3 +48,32 @@ def classifier_score(logits: np.ndarray) -> float:
 def conditional_accuracy(predicted: np.ndarray, requested: np.ndarray) -> float:
     """The fraction of generated samples whose classifier label is the class they were asked for."""
     return float(np.mean(np.asarray(predicted) == np.asarray(requested)))
+
+
+def precision_recall_density_coverage(real: np.ndarray, generated: np.ndarray,
+                                      nearest_k: int = 5) -> Dict[str, float]:
+    """Improved precision and recall (Kynkaanniemi et al. 2019), density and coverage
+    (Naeem et al. 2020) from [n, d] features: each real sample's ball reaches its
+    k-th nearest real neighbour; precision is the share of generated samples inside
+    some real ball (fidelity), recall the share of real samples inside some generated
+    ball (diversity), density counts the real balls around each generated sample / k,
+    coverage is the share of real balls holding a generated sample.
+
+    The computation is Naeem et al.'s reference package (prdc): the whole n x m
+    distance matrix in memory, so callers bound n and m (eval.prdc_samples).
+    """
+    with contextlib.redirect_stdout(io.StringIO()):  # prdc prints the sample counts
+        result = prdc.compute_prdc(np.asarray(real, np.float32),
+                                   np.asarray(generated, np.float32), nearest_k)
+    return {name: float(value) for name, value in result.items()}
+
+
+def intra_class_frechet(real: np.ndarray, real_labels: np.ndarray, generated: np.ndarray,
+                        generated_labels: np.ndarray) -> float:
+    """The Fréchet distance within each class, averaged over the classes both sides hold."""
+    classes = sorted(set(np.unique(real_labels)) & set(np.unique(generated_labels)))
+    if not classes:
+        raise ValueError("no class has both real and generated samples")
+    return float(np.mean([frechet_distance(real[real_labels == c],
+                                           generated[generated_labels == c])
+                          for c in classes]))

@@ -228,10 +228,17 @@ def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, wri
     return path
 
 
-def write_result(model_dir: str, metrics: Dict[str, float]) -> None:
-    """The finished run's last metrics as model_dir/train_result.json (for benchmarks, sweeps)."""
+def write_result(model_dir: str, metrics: Dict[str, float],
+                 eval_protocol: Optional[str] = None) -> None:
+    """The finished run's last metrics as model_dir/train_result.json (for benchmarks, sweeps).
+
+    eval_protocol: what the evaluation metrics among them measured (Evaluator.describe).
+    """
+    result: Dict[str, object] = {k: float(v) for k, v in metrics.items()}
+    if eval_protocol:
+        result["eval_protocol"] = eval_protocol
     with tf.io.gfile.GFile(os.path.join(model_dir, "train_result.json"), "w") as f:
-        json.dump({k: float(v) for k, v in metrics.items()}, f, indent=1, sort_keys=True)
+        json.dump(result, f, indent=1, sort_keys=True)
 
 
 class Controller:
@@ -342,7 +349,7 @@ class Controller:
         trainer.end(step)
         metrics.update(step=step, wall_seconds=time.perf_counter() - t_begin)
         if is_chief:
-            write_result(model_dir, metrics)
+            write_result(model_dir, metrics, evaluator.describe() if evaluator else None)
         return metrics
 
     def _log(self, step: int, window: Window, writer) -> Dict[str, float]:
