@@ -24,7 +24,8 @@ uninterrupted one would have (its noise stream is a pure function of the step).
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import dataclasses
+from typing import Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
@@ -120,13 +121,31 @@ def seed_from(noise: tf.Tensor, salt: int) -> tf.Tensor:
     return tf.stack([bits[0], bits[1] ^ salt])
 
 
+@dataclasses.dataclass(frozen=True)
+class AugmentSettings:
+    policy: Tuple[str, ...] = ()  # DiffAugment's transforms
+    ada_target: Optional[float] = None  # ADA (ada.py) when set
+    ada_interval: int = 4
+    ada_speed_kimg: float = 500.0
+
+
 @gin.configurable("augment")
-def augment_config(policy: str = "") -> Optional[DiffAugment]:
-    """What D's inputs go through; the identity when nothing is configured.
+def augment_config(policy: str = "", ada_target: Optional[float] = None, ada_interval: int = 4,
+                   ada_speed_kimg: float = 500.0) -> AugmentSettings:
+    """What D's inputs go through; nothing unless configured. One of:
 
     Args:
-      policy: DiffAugment's comma-separated transforms, e.g. 'color,translation,cutout'
-        ('' is none).
+      policy: DiffAugment's comma-separated transforms, e.g. 'color,translation,cutout'.
+      ada_target: ADA's target for r_t = E[sign(D(real))] (the reference's 0.6); turns
+        ADA on (ada.py).
+      ada_interval: D updates between ADA's adjustments of p.
+      ada_speed_kimg: thousand real images over which p can move from 0 to 1.
     """
-    parts = [p.strip() for p in policy.split(",") if p.strip()]
-    return DiffAugment(parts) if parts else None
+    parts = tuple(p.strip() for p in policy.split(",") if p.strip())
+    if parts:
+        DiffAugment(parts)  # names checked before any work
+    if parts and ada_target is not None:
+        raise ConfigError(f"augment.policy={policy!r} and augment.ada_target={ada_target} "
+                          f"are alternatives: DiffAugment's fixed transforms or ADA's "
+                          f"adaptive ones; set one")
+    return AugmentSettings(parts, ada_target, ada_interval, ada_speed_kimg)

@@ -5,8 +5,11 @@ to its input) returning per-example terms, which the step averages over the
 global batch as it does the loss. They are computed in float32 whatever the
 layout: the logits are float32 already (models/layers.py), and the input
 gradients of R1/R2, the second backward pass where mixed-precision NaNs
-appear, are taken with respect to a float32 input and squared and summed in
-float32. Select them in gin:
+appear, are taken with respect to a float32 copy of the images D saw
+(augmented, when augmentation is on) and squared and summed in float32. D's
+convolutions inside that pass keep the layout's precision: under bfloat16,
+which has float32's exponent range, nothing overflows; mixed_float16 (5
+exponent bits, no loss scaling here) is refused with R1/R2. Select them in gin:
 
   penalties.r1_gamma = 0.1          # R1 (Mescheder et al. 2018) on real images
   penalties.r2_gamma = 0.1          # R2: the same on generated images

@@ -104,6 +104,7 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
                           ("input_pipeline.service_workers = 1",
                            "input_pipeline.service_workers=1"),
                           ("penalties.lecam_weight = 0.3", "penalties.lecam_weight=0.3"),
+                          ("augment.ada_target = 0.6", "augment.ada_target=0.6"),
                           ("loss.fn = @relativistic", "loss.fn='@relativistic'")):
         with pytest.raises(ConfigError, match=re.escape(name) + " is not available under "
                            "strategy.kind='parameter_server'"):

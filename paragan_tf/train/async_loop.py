@@ -295,6 +295,9 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
                                "whichever D the servers hold; set it to False"),
         "penalties.lecam_weight": (exp.penalties.lecam_weight, "its moving averages would be "
                                    "read and written by concurrent D closures; set it to 0"),
+        "augment.ada_target": (getattr(getattr(exp.augment, "config", None), "target", None),
+                               "ADA's p and r_t would be read and written by concurrent D "
+                               "closures; use augment.policy (DiffAugment)"),
         "loss.fn": ("@relativistic" if getattr(exp.loss_fn, "pairs_real", False) else None,
                     "a G closure has no real batch to pair its images with; use @hinge or "
                     "@non_saturating"),

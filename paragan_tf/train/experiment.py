@@ -9,12 +9,13 @@ all start here.
 from __future__ import annotations
 
 import dataclasses
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from absl import logging
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf import ada as ada_lib
 from paragan_tf import augment as augment_lib
 from paragan_tf import layout as layout_lib
 from paragan_tf import losses
@@ -59,7 +60,8 @@ class Experiment:
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
-    augment: Optional[augment_lib.DiffAugment] = None
+    # What D's inputs go through: augment.DiffAugment, ada.AdaptiveAugment or None.
+    augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     penalties: penalties_lib.Penalties = penalties_lib.Penalties()
     lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
 
@@ -70,7 +72,8 @@ class Experiment:
                     d_optimizer=self.d_optimizer, step=self.step,
                     skipped_steps=self.health.skipped, consecutive_skips=self.health.consecutive,
                     input_state=self.input_state,
-                    **({} if self.lecam_state is None else dict(lecam_state=self.lecam_state)))
+                    **({} if self.lecam_state is None else dict(lecam_state=self.lecam_state)),
+                    **(self.augment.trackables() if hasattr(self.augment, "trackables") else {}))
 
 
 def build(strategy: Optional[tf.distribute.Strategy] = None,
@@ -95,7 +98,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         input_config = dataclasses.replace(input_config, prepared=True, num_shards=shards)
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
-    augment = augment_lib.augment_config()
+    augment_settings = augment_lib.augment_config()
     penalties = penalties_lib.penalties_config()
     strategy = strategy or strategy_lib.make_strategy()
     if check_data:  # after the strategy: it runs TensorFlow ops
@@ -108,6 +111,10 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         raise ConfigError("train.recompute=True is not supported under "
                           "strategy.kind='parameter_server'; use a synchronous strategy")
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy)
+    if penalties.input_gradients and layout.precision == "mixed_float16":
+        raise ConfigError("penalties.r1_gamma/r2_gamma with layout.precision='mixed_float16': "
+                          "their second backward pass overflows float16 without loss scaling; "
+                          "use 'mixed_bfloat16' or 'float32'")
     layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
@@ -135,6 +142,12 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         lecam_state = (tf.Variable([0.0, 0.0], trainable=False, name="lecam_state",
                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                        if penalties.lecam_weight > 0 else None)
+        augment = (ada_lib.AdaptiveAugment(ada_lib.check(
+                       augment_settings.ada_target, augment_settings.ada_interval,
+                       augment_settings.ada_speed_kimg))
+                   if augment_settings.ada_target is not None else
+                   augment_lib.DiffAugment(augment_settings.policy)
+                   if augment_settings.policy else None)
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
     return Experiment(config, data, input_config, source, strategy, generator, discriminator,

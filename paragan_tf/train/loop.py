@@ -226,6 +226,10 @@ class SyncTrainer(controller_lib.Trainer):
         metrics["perf/step_images_per_sec"] = (steps / seconds *
                                                self.exp.config.real_images_per_step)
         metrics["perf/input_wait_frac"] = wait / seconds
+        augment = self.exp.augment
+        if hasattr(augment, "observe"):  # ADA: its probability and overfitting heuristic
+            metrics["augment/p"] = float(augment.p.numpy())
+            metrics["augment/rt"] = float(augment.rt.numpy())
         if self.exp.input_config.tuned:
             metrics["perf/read_parallelism"] = self.tuner.tuning.read_parallelism
             metrics["perf/prefetch_depth"] = self.tuner.tuning.prefetch
@@ -233,7 +237,9 @@ class SyncTrainer(controller_lib.Trainer):
         return metrics
 
     def progress(self, metrics) -> str:
-        return f"  input wait {100 * metrics['perf/input_wait_frac']:.1f}%"
+        ada = (f"  ADA p {metrics['augment/p']:.3f} rt {metrics['augment/rt']:.2f}"
+               if "augment/p" in metrics else "")
+        return f"  input wait {100 * metrics['perf/input_wait_frac']:.1f}%{ada}"
 
     def after_log(self, step, metrics) -> None:
         if self.tuner.observe(metrics["perf/input_wait_frac"]):

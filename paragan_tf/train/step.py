@@ -20,7 +20,7 @@ one NaN batch would poison them for good. Skipped steps are reported as
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
@@ -57,8 +57,9 @@ class StepConfig:
     # update and the G update are computed from the same snapshot of G and D,
     # then both applied (G_{t+1} against D_t instead of D_{t+1}).
     simultaneous: bool = False
-    # What D's inputs go through (augment.py), and D's output regularisers (penalties.py).
-    augment: Optional[augment_lib.DiffAugment] = None
+    # What D's inputs go through (augment.DiffAugment, ada.AdaptiveAugment), and D's
+    # output regularisers (penalties.py).
+    augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     penalties: penalties_lib.Penalties = penalties_lib.Penalties()
 
 
@@ -183,15 +184,23 @@ class GANStep:
         due = tf.equal(self.d_optimizer.iterations % p.lazy_interval, 0)
         return tf.cond(due, penalty, lambda: tf.zeros([tf.shape(inputs)[0] // 2]))
 
-    def _update_lecam(self, real_sum, fake_sum, count, applied) -> None:
-        """Moves LeCam's averages toward this update's global mean logits (if applied)."""
-        if self.config.penalties.lecam_weight <= 0:
+    def _after_d_update(self, real_sum, fake_sum, sign_sum, count, applied) -> None:
+        """State that follows D's outputs, from this update's all-reduced sums (if applied):
+        LeCam's averages of the mean logits, ADA's r_t and p."""
+        lecam = self.config.penalties.lecam_weight > 0
+        ada = hasattr(self.config.augment, "observe")
+        if not (lecam or ada):
             return
         ctx = tf.distribute.get_replica_context()
-        means = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.stack([real_sum, fake_sum])) / count
-        decay = self.config.penalties.lecam_decay
-        state = tf.convert_to_tensor(self.lecam_state)
-        self.lecam_state.assign(tf.where(applied, decay * state + (1.0 - decay) * means, state))
+        sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                              tf.stack([real_sum, fake_sum, sign_sum]))
+        if lecam:
+            decay = self.config.penalties.lecam_decay
+            state = tf.convert_to_tensor(self.lecam_state)
+            moved = decay * state + (1.0 - decay) * sums[:2] / count
+            self.lecam_state.assign(tf.where(applied, moved, state))
+        if ada:
+            self.config.augment.observe(sums[2], tf.constant(count), applied)
 
     def _g_micro(self, noise: Batch, real: Optional[Batch] = None):
         """real: a real batch for losses that pair G's images with real ones (relativistic)."""
@@ -233,17 +242,20 @@ class GANStep:
     def d_gradients(self, real: Sequence[Batch], noise: Sequence[Batch], fakes=None):
         """One D update's loss, gradients and logit sums over its micro-batches.
 
+        Returns (loss, grads, sum of real logits, sum of fake logits, sum of the signs
+        of the real logits: ADA's statistic).
         fakes: the micro-batches' generated images, made earlier (the sample buffer);
         None: G makes them from `noise` now.
         """
-        grads, loss_sum, real_sum, fake_sum = None, 0.0, 0.0, 0.0
+        grads, loss_sum, real_sum, fake_sum, sign_sum = None, 0.0, 0.0, 0.0, 0.0
         fakes = fakes or [None] * len(real)
         for real_batch, noise_batch, fake in zip(real, noise, fakes):
             loss, g, real_logits, fake_logits = self._d_micro(real_batch, noise_batch, fake)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
             real_sum += tf.reduce_sum(real_logits)
             fake_sum += tf.reduce_sum(fake_logits)
-        return loss_sum, grads, real_sum, fake_sum
+            sign_sum += tf.reduce_sum(tf.sign(real_logits))
+        return loss_sum, grads, real_sum, fake_sum, sign_sum
 
     def g_gradients(self, noise: Sequence[Batch], fakes_out: Optional[list] = None,
                     real: Optional[Sequence[Batch]] = None):
@@ -291,7 +303,7 @@ class GANStep:
         sums = {}
 
         def gradients():
-            loss, grads, sums["real"], sums["fake"] = self.d_gradients(real, noise, fakes)
+            loss, grads, sums["real"], sums["fake"], _ = self.d_gradients(real, noise, fakes)
             return loss, grads
         loss, norm, finite = self._guarded(gradients, self.d_optimizer,
                                            self.discriminator.trainable_variables)
@@ -337,7 +349,8 @@ class GANStep:
             loss, grads = self.g_gradients(g_noise, real=g_real)
             return (loss,) + self._all_reduce(loss, grads)[1:]
         for d in range(cfg.d_steps):
-            loss, grads, r, f = self.d_gradients(real[d * k:(d + 1) * k], noise[d * k:(d + 1) * k])
+            loss, grads, r, f, signs = self.d_gradients(real[d * k:(d + 1) * k],
+                                                        noise[d * k:(d + 1) * k])
             _, grads, finite, d_norm = self._all_reduce(loss, grads)
             healthy = tf.logical_and(healthy, finite)
             d_loss, real_sum, fake_sum = d_loss + loss / cfg.d_steps, real_sum + r, fake_sum + f
@@ -346,10 +359,10 @@ class GANStep:
                 g_loss, g_grads, g_finite, g_norm = g_update()
                 healthy = tf.logical_and(healthy, g_finite)
                 self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
-                self._update_lecam(r, f, float(cfg.global_batch_size * k), healthy)
+                self._after_d_update(r, f, signs, float(cfg.global_batch_size * k), healthy)
                 break
             self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
-            self._update_lecam(r, f, float(cfg.global_batch_size * k), healthy)
+            self._after_d_update(r, f, signs, float(cfg.global_batch_size * k), healthy)
         if not cfg.simultaneous:
             g_loss, g_grads, g_finite, g_norm = g_update()
             healthy = tf.logical_and(healthy, g_finite)
