@@ -309,3 +309,10 @@ def test_gradient_penalties_under_float16_are_refused_by_name(tiny_gin):
     with pytest.raises(ConfigError, match=r"penalties.r1_gamma/r2_gamma with "
                        r"layout.precision='mixed_float16'"):
         experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+
+
+def test_a_bad_ada_setting_is_refused_by_name_before_the_models_are_built(tiny_gin):
+    from paragan_tf.train import experiment
+    tiny_gin("augment.ada_target = 1.5")
+    with pytest.raises(ConfigError, match=r"augment.ada_target=1.5 must be in \(-1, 1\)"):
+        experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))

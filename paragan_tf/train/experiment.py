@@ -99,6 +99,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
     augment_settings = augment_lib.augment_config()
+    ada_config = (ada_lib.check(augment_settings.ada_target, augment_settings.ada_interval,
+                                augment_settings.ada_speed_kimg)
+                  if augment_settings.ada_target is not None else None)
     penalties = penalties_lib.penalties_config()
     strategy = strategy or strategy_lib.make_strategy()
     if check_data:  # after the strategy: it runs TensorFlow ops
@@ -142,10 +145,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         lecam_state = (tf.Variable([0.0, 0.0], trainable=False, name="lecam_state",
                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                        if penalties.lecam_weight > 0 else None)
-        augment = (ada_lib.AdaptiveAugment(ada_lib.check(
-                       augment_settings.ada_target, augment_settings.ada_interval,
-                       augment_settings.ada_speed_kimg))
-                   if augment_settings.ada_target is not None else
+        augment = (ada_lib.AdaptiveAugment(ada_config) if ada_config else
                    augment_lib.DiffAugment(augment_settings.policy)
                    if augment_settings.policy else None)
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
