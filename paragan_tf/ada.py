@@ -90,10 +90,10 @@ def rotate90(x: tf.Tensor, quarter_turns: tf.Tensor) -> tf.Tensor:
 def pipeline(x: tf.Tensor, seed: tf.Tensor, p: tf.Tensor) -> tf.Tensor:
     """ADA's transforms, each applied to each image with probability p (see the module doc)."""
     batch, height, width = tf.shape(x)[0], x.shape[1], x.shape[2]
-    draws = iter(range(1, 100))
+    draws = augment_lib.keys(seed, stride=7919)  # apart from DiffAugment's draws
 
     def key():
-        return tf.stack([seed[0], seed[1] + 7919 * next(draws)])
+        return next(draws)
 
     def chosen(shape=None):  # [batch] (or `shape`) booleans, True with probability p
         return tf.random.stateless_uniform(shape or [batch], key()) < tf.cast(p, tf.float32)

@@ -25,7 +25,8 @@ uninterrupted one would have (its noise stream is a pure function of the step).
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Tuple
+import itertools
+from typing import Iterator, Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
@@ -88,11 +89,10 @@ class DiffAugment:
 
     def __call__(self, x: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:
         batch, height, width = tf.shape(x)[0], x.shape[1], x.shape[2]
-        draws = iter(range(1, 100))
+        draws = keys(seed)
 
         def uniform(shape, low=0.0, high=1.0, dtype=tf.float32):
-            key = tf.stack([seed[0], seed[1] + next(draws)])
-            return tf.random.stateless_uniform(shape, key, low, high, dtype=dtype)
+            return tf.random.stateless_uniform(shape, next(draws), low, high, dtype=dtype)
         for part in self.policy:
             if part == "color":
                 for transform in (brightness, saturation, contrast):
@@ -106,6 +106,12 @@ class DiffAugment:
                 x = cutout(x, uniform([batch], 0, height + 1 - cy % 2, tf.int32),
                            uniform([batch], 0, width + 1 - cx % 2, tf.int32), cy, cx)
         return x
+
+
+def keys(seed: tf.Tensor, stride: int = 1) -> Iterator[tf.Tensor]:
+    """One stateless-random seed per draw of a transform pipeline, all from `seed`."""
+    for n in itertools.count(1):
+        yield tf.stack([seed[0], seed[1] + stride * n])
 
 
 def consistency_transform(x: tf.Tensor, seed: tf.Tensor) -> tf.Tensor:

@@ -50,6 +50,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf import ada as ada_lib
 from paragan_tf import config as gin_config
 from paragan_tf.data import class_groups
 from paragan_tf.data import pipeline
@@ -295,7 +296,8 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
                                "whichever D the servers hold; set it to False"),
         "penalties.lecam_weight": (exp.penalties.lecam_weight, "its moving averages would be "
                                    "read and written by concurrent D closures; set it to 0"),
-        "augment.ada_target": (getattr(getattr(exp.augment, "config", None), "target", None),
+        "augment.ada_target": (exp.augment.config.target
+                               if isinstance(exp.augment, ada_lib.AdaptiveAugment) else None,
                                "ADA's p and r_t would be read and written by concurrent D "
                                "closures; use augment.policy (DiffAugment)"),
         "loss.fn": ("@relativistic" if getattr(exp.loss_fn, "pairs_real", False) else None,
