@@ -256,3 +256,39 @@ def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
     os.rename(tmp_path / "data" / "dog", tmp_path / "data" / "ant")
     with pytest.raises(ConfigError, match=r"label 0 was 'cat', is now 'ant'"):
         train()
+
+
+def test_a_per_class_limit_trains_on_the_first_examples_of_each_class_in_every_pipeline(
+        caplog):
+    source = datasets.get_source("mnist5k")
+    config = _config(per_class_limit=3, shuffle_buffer=50)
+    # The subset by hand: the first 3 of each class in the stored order.
+    images, labels = zip(*source.make("train").as_numpy_iterator())
+    subset, seen = [], np.zeros(10, int)
+    for image, label in zip(images, labels):
+        if seen[label] < 3:
+            seen[label] += 1
+            subset.append(image[..., 0].tobytes())
+    assert len(subset) == 30
+    # Two input pipelines, two epochs each: every image they see is in the subset, and
+    # between them they see all of it (the subset is taken before the pipelines split it).
+    fn = pipeline.real_input_fn(source, config, 10, seed=0)
+    seen_images = set()
+    for pipeline_id in (0, 1):
+        for batch, _ in fn(tf.distribute.InputContext(2, pipeline_id, 2)).take(6):
+            for image in batch.numpy():
+                digits = np.round((image[2:30, 2:30, 0] + 1.0) * 127.5).astype(np.uint8)
+                seen_images.add(digits.tobytes())
+    assert seen_images == set(subset)
+    with caplog.at_level("INFO"):
+        pipeline.check_not_empty(source, config)
+    assert "training on 30 examples" in caplog.text
+    with caplog.at_level("WARNING"):
+        pipeline.check_not_empty(source, _config(per_class_limit=10_000))
+    assert "class(es) [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] have fewer examples (500," in caplog.text
+    with pytest.raises(ConfigError, match="dataset.per_class_limit=-1 must be positive"):
+        pipeline.dataset_config(per_class_limit=-1)
+    with pytest.raises(ConfigError, match="dataset.per_class_limit is not supported with "
+                                          "shard-by-shard reads .input_pipeline.mode='naive'"):
+        pipeline.real_input_fn(source, config, 10, seed=0,
+                               inputs=pipeline.InputConfig(mode="naive"))

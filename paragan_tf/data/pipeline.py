@@ -34,6 +34,7 @@ from typing import Callable, Optional, Sequence
 
 from absl import logging
 import gin
+import numpy as np
 import tensorflow as tf
 
 from paragan_tf.data import class_groups
@@ -60,6 +61,7 @@ class DatasetConfig:
     skip_corrupt: bool = False
     channels: int = 0
     scan_images: str = "auto"
+    per_class_limit: int = 0
 
 
 # Sources whose channel count is the reader's choice (dataset.channels); the others
@@ -72,7 +74,7 @@ def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split:
                    resolution: int = 32, fit: str = "auto", random_flip: bool = False,
                    shuffle_buffer: int = 10_000, download: bool = False,
                    skip_corrupt: bool = False, channels: int = 0,
-                   scan_images: str = "auto") -> DatasetConfig:
+                   scan_images: str = "auto", per_class_limit: int = 0) -> DatasetConfig:
     """The dataset settings, from gin.
 
     Args:
@@ -97,6 +99,9 @@ def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split:
         corrupt one is an error, or skipped with skip_corrupt); "lazy" decodes
         as the run reads, skipping a corrupt file and naming it in the log and
         in health/corrupt_images; "auto": full up to 20,000 files, else lazy.
+      per_class_limit: train on the first this many examples of each class of
+        `split` (in its stored order, the same subset on every run and worker);
+        0: all. For small-data experiments: 100 gives a 1,000-image Fashion-MNIST.
     """
     if fit not in ("auto", "pad", "resize"):
         raise ConfigError(f"dataset.fit={fit!r} must be auto, pad or resize")
@@ -106,8 +111,11 @@ def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split:
         raise ConfigError(f"dataset.channels={channels} must be 1, 3 or 0 (as the data is)")
     if scan_images not in ("auto", "full", "lazy"):
         raise ConfigError(f"dataset.scan_images={scan_images!r} must be auto, full or lazy")
+    if per_class_limit < 0:
+        raise ConfigError(f"dataset.per_class_limit={per_class_limit} must be positive "
+                          f"(0: every example)")
     return DatasetConfig(name, data_dir, split, resolution, fit, random_flip, shuffle_buffer,
-                         download, skip_corrupt, channels, scan_images)
+                         download, skip_corrupt, channels, scan_images, per_class_limit)
 
 
 def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
@@ -131,6 +139,10 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
                         "dataset.resolution=%d on every read; prepare it at %d px to save that",
                         config.data_dir, source.prepared.manifest.resolution,
                         config.resolution, config.resolution)
+    if config.per_class_limit and source.prepared is not None:
+        raise ConfigError("dataset.per_class_limit does not apply to dataset.name='records' "
+                          "(streamed by position); prepare the subset with "
+                          "bin/prepare_dataset.py instead")
     if check:
         source.check()
     return source
@@ -139,8 +151,25 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
 def check_not_empty(source: datasets.Source, config: DatasetConfig,
                     classes: Optional[Sequence[int]] = None) -> None:
     """ConfigError unless the training stream has an example (an empty one would not
-    hang, tf.data ends an empty repeat, but would fail mid-run with no explanation)."""
-    ds = keep_classes(source.make(config.split), classes, source.num_classes)
+    hang, tf.data ends an empty repeat, but would fail mid-run with no explanation).
+
+    With dataset.per_class_limit the subset is counted and logged, and a class with
+    fewer examples than the limit is named in a warning.
+    """
+    ds = keep_classes(training_examples(source, config, source.make), classes,
+                      source.num_classes)
+    if config.per_class_limit:
+        counts = np.zeros(source.num_classes, np.int64)
+        for _, label in ds.map(lambda image, label: (0, label)).as_numpy_iterator():
+            counts[label] += 1
+        short = [c for c in (classes if classes is not None else range(source.num_classes))
+                 if counts[c] < config.per_class_limit]
+        logging.info("dataset.per_class_limit=%d: training on %d examples of %s split %r",
+                     config.per_class_limit, counts.sum(), config.name, config.split)
+        if short:
+            logging.warning("dataset.per_class_limit=%d: class(es) %s have fewer examples "
+                            "(%s)", config.per_class_limit, short,
+                            ", ".join(str(counts[c]) for c in short))
     if next(iter(ds.take(1)), None) is None:
         which = "" if classes is None or len(classes) >= source.num_classes else \
             f" of the classes {list(classes)} this run trains on"
@@ -180,6 +209,39 @@ def keep_classes(ds: tf.data.Dataset, classes: Optional[Sequence[int]],
     wanted = tf.constant(list(classes), tf.int32)
     return ds.filter(lambda image, label: tf.reduce_any(
         tf.equal(tf.cast(label, tf.int32), wanted)))
+
+
+def limit_per_class(ds: tf.data.Dataset, limit: int, num_classes: int) -> tf.data.Dataset:
+    """The first `limit` (image, label) examples of each class, in stream order; all at 0.
+
+    A running count per class (tf.data scan) decides each example, so the stream is
+    read once, in order, with nothing held but the counts.
+    """
+    if not limit:
+        return ds
+
+    def count(seen, example):
+        label = tf.cast(example[1], tf.int32)
+        seen = tf.tensor_scatter_nd_add(seen, [[label]], [1])
+        return seen, (example, seen[label] <= limit)
+
+    def within_limit(example, keep):
+        del example
+        return keep
+
+    def example_only(example, keep):
+        del keep
+        return example
+    return (ds.scan(tf.zeros([num_classes], tf.int32), count)
+            .filter(within_limit).map(example_only))
+
+
+def training_examples(source: datasets.Source, config: DatasetConfig,
+                      read: Callable[[str], tf.data.Dataset]) -> tf.data.Dataset:
+    """`read(config.split)` (the examples or the encoded records of the training split),
+    limited to dataset.per_class_limit examples per class; before any sharding, so
+    every input pipeline draws from the same subset."""
+    return limit_per_class(read(config.split), config.per_class_limit, source.num_classes)
 
 
 def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
@@ -274,6 +336,11 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                                             label),
                       num_parallel_calls=parallel, deterministic=None if naive else True)
 
+    if config.per_class_limit and inputs.sharded:
+        raise ConfigError(f"dataset.per_class_limit is not supported with shard-by-shard "
+                          f"reads (input_pipeline.mode={inputs.mode!r}"
+                          f"{', a congested store' if inputs.congestion.active else ''}): "
+                          f"use input_pipeline.mode='aware' on an uncongested store")
     if service and source.prepared is not None:
         raise ConfigError("input_pipeline.service_workers with dataset.name='records' is not "
                           "supported: each input pipeline enters its own records stream by "
@@ -304,14 +371,14 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
         elif source.records is not None:
             # Encoded files: shuffle the records (file names or encoded bytes) and decode
             # after, so the first batch waits for a batch of decodes, not a buffer of them.
-            ds = source.records(config.split)
+            ds = training_examples(source, config, source.records)
             if ctx.num_input_pipelines > 1:
                 ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
             ds = keep(ds).shuffle(config.shuffle_buffer, seed=shuffle_seed,
                                   reshuffle_each_iteration=True).repeat()
             ds = fit(source.decoded(ds, parallel))
         else:
-            ds = source.make(config.split)
+            ds = training_examples(source, config, source.make)
             if ctx.num_input_pipelines > 1:
                 ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
             ds = fit(keep(ds))

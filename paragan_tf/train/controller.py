@@ -60,7 +60,9 @@ Interrupted = preemption.Interrupted
 # end, 0.3 s for the other; 29 s after a SIGTERM stop, long enough for the launcher's
 # grace period to kill the worker. The input options that avoid the MultiDeviceIterator
 # (InputReplicationMode.PER_REPLICA without fetch_to_device) are refused by
-# MultiWorkerMirrored and OneDevice strategies. So bin/train.py exits without
+# MultiWorkerMirrored and OneDevice strategies; switching autotune off on the per-device
+# datasets (a patched multi_device_iterator_ops._create_device_dataset) still left one
+# worker 31 s in teardown (2026-11-24, 150 steps). So bin/train.py exits without
 # destructors (bin/common.exit_now) once everything is written, while they sit here.
 PARKED: list = []
 
