@@ -171,7 +171,7 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
         "name": "fcd0.1k_train0.1k", "extractor": "classifier", "extractor_path": None,
         "generated": 100, "real": 100, "reference_split": "train",
         "resize": "padded if smaller, else centre-cropped and area-resized to 32 px",
-        "prdc_samples": 100, "nearest_k": 5}
+        "prdc_samples": 100, "nearest_k": 5, "logit_gap_samples": 0}
     for entry in saved["evaluations"]:
         assert entry["protocol"] == "fcd0.1k_train0.1k"
         for key in ("precision", "recall", "density", "coverage", "intra_class_fcd"):
@@ -182,6 +182,46 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
                  for ev in tf.compat.v1.train.summary_iterator(e) for v in ev.summary.value
                  if v.tag.startswith("metrics/")}
     assert described["metrics/precision"].startswith("fcd0.1k_train0.1k: classifier features")
+
+
+def _padded(images):
+    return np.pad(images, [(0, 0), (2, 2), (2, 2), (0, 0)]).astype(np.float32) / 127.5 - 1.0
+
+
+def test_the_logit_gap_is_d_on_the_training_subset_minus_d_on_held_out_images(
+        tiny_gin, tmp_path, mnist_classifier):
+    # The extractor plays no part in the gap: the mnist5k classifier, declared for
+    # Fashion-MNIST (same shape), spares the test a classifier of its own.
+    path = str(tmp_path / "classifier")
+    subprocess.run(["cp", "-r", mnist_classifier[0], path], check=True)
+    info = json.loads(open(os.path.join(path, "classifier.json")).read())
+    with open(os.path.join(path, "classifier.json"), "w") as f:
+        json.dump(dict(info, dataset="fashion_mnist"), f)
+    tiny_gin("dataset.name = 'fashion_mnist'", "dataset.per_class_limit = 10",
+             f"eval.classifier_path = '{path}'", "eval.num_samples = 200",
+             "eval.num_real = 200", "eval.batch_size = 100")
+    exp = experiment.build(mirrored_2())  # two replicas share each batch of the gap
+    evaluator = evaluator_lib.Evaluator(exp, str(tmp_path / "eval"))
+    assert evaluator.protocol["logit_gap_samples"] == 100  # 10 per class, not num_real
+    gap = evaluator.evaluate(0)["d_logit_gap"]
+    # By hand, on one device: the first 10 training images of each class in the stored
+    # order and the first 100 test images, padded to 32 px, each with its own label.
+    source = datasets.get_source("fashion_mnist")
+    train_x, train_y, counts = [], [], np.zeros(10, int)
+    for image, label in source.make("train").as_numpy_iterator():
+        if counts[label] < 10:
+            counts[label] += 1
+            train_x.append(image)
+            train_y.append(label)
+        if counts.sum() == 100:
+            break
+    test_x, test_y = zip(*source.make("test").take(100).as_numpy_iterator())
+    d = exp.discriminator
+    expected = (np.mean(d((_padded(np.stack(train_x)), np.array(train_y)), training=False))
+                - np.mean(d((_padded(np.stack(test_x)), np.array(test_y)), training=False)))
+    assert gap == pytest.approx(float(expected), rel=1e-4, abs=1e-5)
+    assert abs(expected) > 1e-3  # an untrained D still tells the two sets apart a little
+    assert "D's logit gap on 100 training vs held-out images" in evaluator.describe()
 
 
 def test_precision_recall_density_coverage_match_their_definitions():

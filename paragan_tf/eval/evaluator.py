@@ -12,6 +12,12 @@ EMA generator gets standing BN statistics first, as for sample grids.
 Results go to `<output_dir>/metrics.json` (all evaluations, and the best by
 the Fréchet distance) and to TensorBoard as `metrics/<name>`; the best
 checkpoint's files are copied to `<output_dir>/best/`.
+
+When the reference images are a held-out split (the dataset has a test split),
+`d_logit_gap` measures D's overfitting (Karras et al. 2020, figure 1): D's mean
+logit on training images minus its mean logit on as many held-out images, each
+with its own label and without augmentation. Near 0 D judges both alike; a
+growing gap is D memorising the training set.
 """
 
 from __future__ import annotations
@@ -108,6 +114,7 @@ class Evaluator:
                                                exp.source.channels, exp.source.name)
         self.names = self.extractor.names
         self._real: Optional[Dict[str, np.ndarray]] = None
+        self._gap_batches: Optional[tuple] = None
         try:  # the reference images: the test split when the dataset has one
             self._reference = exp.source.make("test")
             self.reference_split = "test"
@@ -153,7 +160,46 @@ class Evaluator:
                 "real": cfg.num_real, "reference_split": self.reference_split,
                 "resize": resize, "prdc_samples": min(cfg.prdc_samples, cfg.num_samples,
                                                       cfg.num_real),
-                "nearest_k": cfg.nearest_k}
+                "nearest_k": cfg.nearest_k,
+                "logit_gap_samples": (self._gap_samples() if self.reference_split !=
+                                      exp.data.split else 0)}
+
+    def _gap_samples(self) -> int:
+        """Images per side of the logit gap: the training stream's (per_class_limit and
+        class groups applied), at most num_real; whole batches."""
+        exp, cfg = self.exp, self.config
+        n = cfg.num_real
+        if exp.data.per_class_limit:
+            n = min(n, exp.data.per_class_limit * len(exp.classes))
+        return n // cfg.batch_size * cfg.batch_size or n
+
+    def _fitted(self, ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
+        """The first n examples of `ds` (of this run's classes), fitted, in batches."""
+        exp = self.exp
+        ds = pipeline.keep_classes(ds, exp.classes, exp.source.num_classes)
+        ds = ds.map(lambda image, label: (pipeline.fit_image(image, exp.data.resolution,
+                                                             exp.data.fit), label),
+                    num_parallel_calls=tf.data.AUTOTUNE).take(n)
+        return ds.batch(min(n, self.config.batch_size), drop_remainder=True)
+
+    def logit_gap(self) -> float:
+        """D's mean logit on training images minus on held-out images (see the module doc)."""
+        n = self.protocol["logit_gap_samples"]
+        if self._gap_batches is None:
+            exp = self.exp
+            train = pipeline.training_examples(exp.source, exp.data, exp.source.make)
+            self._gap_batches = (self._fitted(train, n).cache(),
+                                 self._fitted(self._reference, n).cache())
+
+        def logits(batch):
+            images, labels = batch
+            return {"logits": self.exp.discriminator((images, labels), training=False)}
+        train_logits, held_out_logits = (self._run(ds, logits)["logits"]
+                                         for ds in self._gap_batches)
+        if len(train_logits) != len(held_out_logits):
+            raise ConfigError(f"the logit gap compares {len(train_logits)} training with "
+                              f"{len(held_out_logits)} held-out images; lower eval.num_real")
+        return float(np.mean(train_logits) - np.mean(held_out_logits))
 
     def _run(self, dataset: tf.data.Dataset, fn) -> Dict[str, np.ndarray]:
         """fn on every batch of `dataset`, per replica under the strategy; outputs concatenated."""
@@ -222,6 +268,8 @@ class Evaluator:
         # The generated samples cycle through the classes, so any prefix is balanced.
         result.update(metrics.precision_recall_density_coverage(
             real[:n], gen["features"][:n], cfg.nearest_k))
+        if self.protocol["logit_gap_samples"]:
+            result["d_logit_gap"] = self.logit_gap()
         if self.extractor.kind == "classifier":
             result["conditional_accuracy"] = metrics.conditional_accuracy(
                 np.argmax(gen["logits"], -1), gen["labels"])
@@ -260,7 +308,9 @@ class Evaluator:
         return (f"{p['name']}: {p['extractor']} features ({p['extractor_path']}), "
                 f"{p['generated']} generated vs {p['real']} real images of the "
                 f"{p['reference_split']} split, {p['resize']}; precision/recall/density/"
-                f"coverage on {p['prdc_samples']} each, k={p['nearest_k']}")
+                f"coverage on {p['prdc_samples']} each, k={p['nearest_k']}" +
+                (f"; D's logit gap on {p['logit_gap_samples']} training vs held-out "
+                 f"images" if p.get("logit_gap_samples") else ""))
 
     def _keep_best(self, checkpoint: str) -> str:
         """Copies the checkpoint's files to output_dir/best/ (replacing the previous best)."""
