@@ -7,6 +7,7 @@
     python bin/bench.py --suite=memory --output=runs/bench/memory.json
     python bin/bench.py --suite=data --output=runs/bench/data.json
     python bin/bench.py --suite=async_quality --output=runs/bench/async_quality.json
+    python bin/bench.py --suite=small_data --output=runs/bench/small_data.json
 
 Suites (see paragan_tf/bench/): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -19,8 +20,11 @@ peak of a training step at 128-1024 px beside the dry run's memory plan), data
 start-up to the first batch of image_folder vs records, records streaming rate with
 and without storage latency), async_quality (sync vs asynchronous closures vs the
 sample buffer, even and with a straggler, each for the same wall-clock budget on
-Fashion-MNIST: images/s, FCD, conditional accuracy, closures per worker). Each but
-async_quality (6 x --budget_minutes, plus evaluation) runs with
+Fashion-MNIST: images/s, FCD, conditional accuracy, closures per worker), small_data
+(the default model on 100 Fashion-MNIST images per class, the same --train_steps
+with no augmentation, DiffAugment, ADA, DiffAugment + LeCam: FCD, intra-class FCD,
+precision, recall, conditional accuracy, D's logit gap). Each but async_quality
+(6 x --budget_minutes, plus evaluation) and small_data (4 x ~10 minutes) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (bench/machine.py): CPU model, cores, ISA
 flags, threads, load before and after, free memory, versions, git commit, UTC
@@ -43,12 +47,14 @@ from paragan_tf.bench import data as data_bench
 from paragan_tf.bench import input as input_bench
 from paragan_tf.bench import machine
 from paragan_tf.bench import memory as memory_bench
+from paragan_tf.bench import small_data as small_data_bench
 from paragan_tf.bench import step as step_bench
 from paragan_tf.errors import ConfigError
 
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
               memory=memory_bench.memory_suite, data=data_bench.data_suite,
-              async_quality=async_quality_bench.async_quality)
+              async_quality=async_quality_bench.async_quality,
+              small_data=small_data_bench.small_data)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
@@ -60,10 +66,14 @@ flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up 
 flags.DEFINE_string("profile_dir", None,
                     "step: also trace 2 steps per layout with tf.profiler into this folder.")
 flags.DEFINE_float("budget_minutes", 10.0, "async_quality: wall-clock minutes per arm.")
-flags.DEFINE_list("arms", list(async_quality_bench.ARMS), "async_quality: arms to run.")
+flags.DEFINE_list("arms", [], "async_quality, small_data: arms to run (default: all of "
+                  f"the suite's: {list(async_quality_bench.ARMS)}, "
+                  f"{list(small_data_bench.ARMS)}).")
 flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS),
                   "async_quality: even workers, a straggler, or both.")
-flags.DEFINE_integer("eval_samples", 5000, "async_quality: generated images per FCD.")
+flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated images per "
+                     "FCD (default: 5,000 and 10,000).")
+flags.DEFINE_integer("train_steps", 800, "small_data: training steps of every arm.")
 flags.mark_flag_as_required("suite")
 
 
@@ -79,8 +89,17 @@ def main(argv):
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
                        layouts=FLAGS.layouts, steps=FLAGS.steps, profile_dir=FLAGS.profile_dir)
     if FLAGS.suite == "async_quality":
-        options = dict(budget_minutes=FLAGS.budget_minutes, arms=FLAGS.arms,
-                       conditions=FLAGS.conditions, eval_samples=FLAGS.eval_samples)
+        options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions)
+    if FLAGS.suite == "small_data":
+        options = dict(steps=FLAGS.train_steps)
+    if (FLAGS.arms or FLAGS.eval_samples) and FLAGS.suite not in ("async_quality",
+                                                                  "small_data"):
+        common.fail(f"--arms and --eval_samples apply to the async_quality and small_data "
+                    f"suites, not to {FLAGS.suite}")
+    if FLAGS.arms:
+        options["arms"] = FLAGS.arms
+    if FLAGS.eval_samples:
+        options["eval_samples"] = FLAGS.eval_samples
     record = machine.describe()
     _progress(f"machine: {record['cpu_model']}, {record['physical_cores']} cores at "
               f"{record['peak']['clock_ghz']:.2f} GHz, load {record['load_before']}")

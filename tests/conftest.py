@@ -7,7 +7,9 @@ same process as single-device tests.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -66,6 +68,21 @@ def run_binary(script: str, *args: str, timeout: float = 300, env=None) -> subpr
     full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
     return subprocess.run([PYTHON, os.path.join(REPO, "bin", script), *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout, env=full_env)
+
+
+def declared_for(classifier_dir: str, copy_dir: str, dataset: str) -> str:
+    """A copy of a saved classifier declared for `dataset` (of the same image shape).
+
+    For tests whose numbers do not depend on the features (the evaluator refuses a
+    classifier of another dataset): a Fashion-MNIST classifier would take minutes.
+    """
+    shutil.copytree(classifier_dir, copy_dir)
+    info_path = os.path.join(copy_dir, "classifier.json")
+    with open(info_path) as f:
+        info = json.load(f)
+    with open(info_path, "w") as f:
+        json.dump(dict(info, dataset=dataset), f)
+    return copy_dir
 
 
 def mirrored_2() -> tf.distribute.Strategy:

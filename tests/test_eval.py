@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import PYTHON, mirrored_2, run_binary
+from conftest import PYTHON, declared_for, mirrored_2, run_binary
 from paragan_tf import export
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
@@ -190,13 +190,7 @@ def _padded(images):
 
 def test_the_logit_gap_is_d_on_the_training_subset_minus_d_on_held_out_images(
         tiny_gin, tmp_path, mnist_classifier):
-    # The extractor plays no part in the gap: the mnist5k classifier, declared for
-    # Fashion-MNIST (same shape), spares the test a classifier of its own.
-    path = str(tmp_path / "classifier")
-    subprocess.run(["cp", "-r", mnist_classifier[0], path], check=True)
-    info = json.loads(open(os.path.join(path, "classifier.json")).read())
-    with open(os.path.join(path, "classifier.json"), "w") as f:
-        json.dump(dict(info, dataset="fashion_mnist"), f)
+    path = declared_for(mnist_classifier[0], str(tmp_path / "classifier"), "fashion_mnist")
     tiny_gin("dataset.name = 'fashion_mnist'", "dataset.per_class_limit = 10",
              f"eval.classifier_path = '{path}'", "eval.num_samples = 200",
              "eval.num_real = 200", "eval.batch_size = 100")

@@ -23,7 +23,6 @@ the step count.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -33,6 +32,7 @@ import time
 from typing import Callable, Dict, Optional, Sequence
 
 from paragan_tf.bench import cluster
+from paragan_tf.bench import quality_runs
 from paragan_tf.errors import ConfigError
 
 CONFIG = "gin/quality_fashion_mnist.gin"
@@ -41,21 +41,7 @@ ARMS = {"sync": [cluster.MWMS],
         "sample_buffer": [cluster.PS, "async_train.mode='sample_buffer'"]}
 CONDITIONS = ("even", "straggler")
 START_TIMEOUT = 600  # seconds to the first progress line
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _bin(name: str) -> str:
-    return os.path.join(REPO, "bin", name)
-
-
-def _classifier(path: str, config: str, epochs: int, progress: Callable[[str], None]) -> None:
-    if os.path.exists(os.path.join(path, "classifier.json")):
-        progress(f"reusing the classifier in {path}")
-        return
-    progress(f"training the dataset's classifier into {path}")
-    subprocess.run([sys.executable, _bin("train_classifier.py"), f"--gin_file={config}",
-                    f"--output={path}", f"--epochs={epochs}"], check=True, cwd=REPO,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+REPO = quality_runs.REPO
 
 
 def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], straggler: bool,
@@ -65,7 +51,7 @@ def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], stra
     shutil.rmtree(model_dir, ignore_errors=True)
     log_path = model_dir + ".log"
     asynchronous = cluster.PS in bindings
-    argv = [sys.executable, _bin("launch_local.py"), f"--model_dir={model_dir}",
+    argv = [sys.executable, quality_runs.binary("launch_local.py"), f"--model_dir={model_dir}",
             f"--gin_file={config}", "--num_workers=2", f"--num_ps={int(asynchronous)}",
             "--threads_per_task=1"] + (["--slow_task=worker:1", "--slow_fraction=0.5"]
                                        if straggler else [])
@@ -94,16 +80,6 @@ def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], stra
     return log_path
 
 
-def _evaluate(model_dir: str, classifier_dir: str, samples: int) -> dict:
-    subprocess.run([sys.executable, _bin("eval.py"), f"--model_dir={model_dir}",
-                    f"--gin_bindings=eval.classifier_path='{classifier_dir}'",
-                    f"--gin_bindings=eval.num_samples={samples}",
-                    f"--gin_bindings=eval.num_real={2 * samples}"], check=True, cwd=REPO,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
-        return max(json.load(f)["evaluations"], key=lambda e: e["step"])
-
-
 def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str,
          config: str, per_worker_batch: int, log_every: int, budget_seconds: float,
          eval_samples: int, progress: Callable[[str], None]) -> dict:
@@ -118,7 +94,7 @@ def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str
     # train.d_steps = 2 real batches a step (or round)
     rate = (cluster.progress_rate(log_path, "worker:0", "step", batch * 2) if synchronous
             else cluster.progress_rate(log_path, "chief:0", "round", batch * 2))
-    final = _evaluate(model_dir, classifier_dir, eval_samples)
+    final = quality_runs.evaluate(model_dir, classifier_dir, eval_samples, 2 * eval_samples)
     if synchronous:
         closures = {"worker:0": final["step"], "worker:1": final["step"]}
     else:
@@ -151,7 +127,7 @@ def async_quality(budget_minutes: float = 10.0, per_worker_batch: int = 32,
                                                         "async_quality"))
     classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
     os.makedirs(work_dir, exist_ok=True)
-    _classifier(classifier_dir, config, classifier_epochs, progress)
+    quality_runs.train_classifier(classifier_dir, config, classifier_epochs, progress)
     started = time.time()
     results: Dict[str, dict] = {}
     for arm in arms:

@@ -1,0 +1,42 @@
+"""What the quality suites (async_quality, small_data) share: the dataset's classifier,
+and evaluating a finished run with it (bin/eval.py in a child process)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Callable, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def binary(name: str) -> str:
+    """The path of bin/<name>."""
+    return os.path.join(REPO, "bin", name)
+
+
+def train_classifier(path: str, config: str, epochs: int, progress: Callable[[str], None],
+                     bindings: Sequence[str] = ()) -> None:
+    """bin/train_classifier.py on the dataset of `config` (and `bindings`) into `path`,
+    unless one is there."""
+    if os.path.exists(os.path.join(path, "classifier.json")):
+        progress(f"reusing the classifier in {path}")
+        return
+    progress(f"training the dataset's classifier into {path}")
+    subprocess.run([sys.executable, binary("train_classifier.py"), f"--gin_file={config}",
+                    f"--output={path}", f"--epochs={epochs}"]
+                   + [f"--gin_bindings={b}" for b in bindings], check=True, cwd=REPO,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def evaluate(model_dir: str, classifier_dir: str, samples: int, real: int) -> dict:
+    """bin/eval.py on the newest checkpoint of `model_dir`: its metrics.json entry."""
+    subprocess.run([sys.executable, binary("eval.py"), f"--model_dir={model_dir}",
+                    f"--gin_bindings=eval.classifier_path='{classifier_dir}'",
+                    f"--gin_bindings=eval.num_samples={samples}",
+                    f"--gin_bindings=eval.num_real={real}"], check=True, cwd=REPO,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
+        return max(json.load(f)["evaluations"], key=lambda e: e["step"])
