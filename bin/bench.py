@@ -8,6 +8,7 @@
     python bin/bench.py --suite=data --output=runs/bench/data.json
     python bin/bench.py --suite=async_quality --output=runs/bench/async_quality.json
     python bin/bench.py --suite=small_data --output=runs/bench/small_data.json
+    python bin/bench.py --suite=eval_scaling --output=runs/bench/eval_scaling.json
 
 Suites (see paragan_tf/bench/): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -23,7 +24,9 @@ sample buffer, even and with a straggler, each for the same wall-clock budget on
 Fashion-MNIST: images/s, FCD, conditional accuracy, closures per worker), small_data
 (the default model on 100 Fashion-MNIST images per class, the same --train_steps
 with no augmentation, DiffAugment, ADA, DiffAugment + LeCam: FCD, intra-class FCD,
-precision, recall, conditional accuracy, D's logit gap). Each but async_quality
+precision, recall, conditional accuracy, D's logit gap), eval_scaling (seconds to
+generate and embed 10,000 evaluation samples with 1 and 2 MultiWorkerMirrored
+workers of one core each). Each but async_quality
 (6 x --budget_minutes, plus evaluation) and small_data (4 x ~10 minutes) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (bench/machine.py): CPU model, cores, ISA
@@ -44,6 +47,7 @@ import common  # noqa: F401  (pins tf-keras, also for the children's environment
 from paragan_tf.bench import async_quality as async_quality_bench
 from paragan_tf.bench import cluster
 from paragan_tf.bench import data as data_bench
+from paragan_tf.bench import eval_scaling as eval_scaling_bench
 from paragan_tf.bench import input as input_bench
 from paragan_tf.bench import machine
 from paragan_tf.bench import memory as memory_bench
@@ -54,7 +58,8 @@ from paragan_tf.errors import ConfigError
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
               memory=memory_bench.memory_suite, data=data_bench.data_suite,
               async_quality=async_quality_bench.async_quality,
-              small_data=small_data_bench.small_data)
+              small_data=small_data_bench.small_data,
+              eval_scaling=eval_scaling_bench.eval_scaling)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")

@@ -173,12 +173,12 @@ def tf_checkpoints(model_dir):
     return list(state.all_model_checkpoint_paths) if state else []
 
 
-def test_the_async_quality_suite_on_a_tiny_budget(tmp_path):
+def test_the_async_quality_suite_on_a_tiny_budget(tmp_path, mnist_classifier):
     from paragan_tf.bench import async_quality
     result = async_quality.async_quality(
         budget_minutes=0.25, per_worker_batch=8, arms=("sample_buffer",),
         conditions=("straggler",), eval_samples=250, work_dir=str(tmp_path),
-        config="gin/tiny.gin", log_every=5, classifier_epochs=1)
+        classifier_dir=mnist_classifier[0], config="gin/tiny.gin", log_every=5)
     arm = result["arms"]["sample_buffer"]["straggler"]
     print(arm)
     assert arm["images_per_sec"] > 0 and arm["steps"] > 10

@@ -259,7 +259,7 @@ def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
 
 
 def test_a_per_class_limit_trains_on_the_first_examples_of_each_class_in_every_pipeline(
-        caplog):
+        tmp_path, caplog):
     source = datasets.get_source("mnist5k")
     config = _config(per_class_limit=3, shuffle_buffer=50)
     # The subset by hand: the first 3 of each class in the stored order.
@@ -286,7 +286,15 @@ def test_a_per_class_limit_trains_on_the_first_examples_of_each_class_in_every_p
     logged = " ".join(r.getMessage() for r in caplog.records)
     assert "training on 30 examples" in logged
     assert "class(es) [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] have fewer examples (500," in logged
-    with pytest.raises(ConfigError, match="dataset.per_class_limit=-1 must be positive"):
+    # Encoded files are limited as records (file names), before any decoding.
+    for i in range(6):
+        _png(tmp_path / ("a" if i % 2 else "b") / f"{i}.png", np.full((8, 8, 1), i, np.uint8))
+    folder = datasets.get_source("image_folder", data_dir=str(tmp_path))
+    folder_config = _config(name="image_folder", data_dir=str(tmp_path), per_class_limit=2)
+    values = sorted(int(round((float(image[16, 16, 0]) + 1.0) * 127.5)) for image in
+                    _first(pipeline.real_input_fn(folder, folder_config, 4, seed=0))[0])
+    assert values == [0, 1, 2, 3]  # b/0.png, b/2.png, a/1.png, a/3.png
+    with pytest.raises(ConfigError, match="dataset.per_class_limit=-1 must be >= 0"):
         pipeline.dataset_config(per_class_limit=-1)
     with pytest.raises(ConfigError, match="dataset.per_class_limit is not supported with "
                                           "shard-by-shard reads .input_pipeline.mode='naive'"):

@@ -14,7 +14,6 @@ import tensorflow as tf
 from conftest import PYTHON, declared_for, mirrored_2, run_binary
 from paragan_tf import export
 from paragan_tf.data import datasets
-from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import classifier
 from paragan_tf.eval import evaluator as evaluator_lib
@@ -97,17 +96,6 @@ def test_missing_or_mismatched_extractor_is_a_clear_error(tmp_path):
         features.load("classifier", str(tmp_path / "c"), 32, 1, "mnist5k")
 
 
-@pytest.fixture(scope="module")
-def mnist_classifier(tmp_path_factory):
-    """A classifier for mnist5k at 32x32 (two epochs, ~6 s)."""
-    path = str(tmp_path_factory.mktemp("classifier") / "mnist5k")
-    data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "auto", False, 100, False)
-    model, info = classifier.train(datasets.get_source("mnist5k"), data, epochs=2,
-                                   progress=lambda m: None)
-    classifier.save(model, path, info)
-    return path, info
-
-
 def test_classifier_reports_held_out_accuracy(mnist_classifier):
     _, info = mnist_classifier
     assert info["test_set"] == "held-out 500 of the train split"
@@ -141,19 +129,32 @@ def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,
     assert saved["best"]["step"] == best["step"]
 
 
-def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mnist_classifier):
+def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mnist_classifier,
+                                                          caplog):
+    from paragan_tf.bench import eval_scaling
     path, _ = mnist_classifier
-    results = []
+    results, timings = [], []
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), mirrored_2()):
         tiny_gin(f"eval.classifier_path = '{path}'", "eval.num_samples = 200",
                  "eval.num_real = 200", "eval.batch_size = 100")
         exp = experiment.build(strategy)  # same seed: same initial weights
         out_dir = str(tmp_path / str(strategy.num_replicas_in_sync))
-        results.append(evaluator_lib.Evaluator(exp, out_dir).evaluate(0))
+        evaluator = evaluator_lib.Evaluator(exp, out_dir)
+        results.append(evaluator.evaluate(0))
+        caplog.clear()
+        with caplog.at_level("INFO", logger="absl"):
+            evaluator.evaluate(4)  # the traced functions are reused: the timed evaluation
+        # The line bench/eval_scaling.py reads from a worker's log.
+        line = next(r.getMessage() for r in caplog.records if "eval at step 4" in r.getMessage())
+        log = tmp_path / "worker.log"
+        log.write_text(f"[worker:0] I1124 10:00:00.000000 1 evaluator.py:280] {line}\n")
+        timings.append(eval_scaling._seconds(str(log)))
     one, two = results
     assert one.keys() == two.keys()
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+    assert [(t["samples"], t["replicas"]) for t in timings] == [(200, 1), (200, 2)]
+    assert all(0 < t["generate_seconds"] <= t["eval_seconds"] for t in timings), timings
 
 
 def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_classifier):

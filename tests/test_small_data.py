@@ -320,17 +320,10 @@ def test_a_bad_ada_setting_is_refused_by_name_before_the_models_are_built(tiny_g
         experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
 
 
-def test_the_small_data_suite_on_a_tiny_run(tmp_path):
+def test_the_small_data_suite_on_a_tiny_run(tmp_path, mnist_classifier):
     from conftest import declared_for
     from paragan_tf.bench import small_data
-    from paragan_tf.data import datasets, pipeline
-    from paragan_tf.eval import classifier
-    data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "auto", False, 100, False)
-    model, info = classifier.train(datasets.get_source("mnist5k"), data, epochs=1,
-                                   progress=lambda m: None)
-    classifier.save(model, str(tmp_path / "mnist"), info)
-    stand_in = declared_for(str(tmp_path / "mnist"), str(tmp_path / "classifier"),
-                            "fashion_mnist")
+    stand_in = declared_for(mnist_classifier[0], str(tmp_path / "classifier"), "fashion_mnist")
     # One arm (each is a training and an evaluation process): the one with most settings.
     result = small_data.small_data(
         steps=4, per_class=5, arms=("diffaugment_lecam",), eval_samples=250,

@@ -112,7 +112,7 @@ def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split:
     if scan_images not in ("auto", "full", "lazy"):
         raise ConfigError(f"dataset.scan_images={scan_images!r} must be auto, full or lazy")
     if per_class_limit < 0:
-        raise ConfigError(f"dataset.per_class_limit={per_class_limit} must be positive "
+        raise ConfigError(f"dataset.per_class_limit={per_class_limit} must be >= 0 "
                           f"(0: every example)")
     return DatasetConfig(name, data_dir, split, resolution, fit, random_flip, shuffle_buffer,
                          download, skip_corrupt, channels, scan_images, per_class_limit)
@@ -159,8 +159,11 @@ def check_not_empty(source: datasets.Source, config: DatasetConfig,
     ds = keep_classes(training_examples(source, config, source.make), classes,
                       source.num_classes)
     if config.per_class_limit:
+        # Counted on the encoded records where there are some: labels without decoding.
+        counted = keep_classes(training_examples(source, config, source.records or source.make),
+                               classes, source.num_classes)
         counts = np.zeros(source.num_classes, np.int64)
-        for _, label in ds.map(lambda image, label: (0, label)).as_numpy_iterator():
+        for _, label in counted.map(lambda example, label: (0, label)).as_numpy_iterator():
             counts[label] += 1
         short = [c for c in (classes if classes is not None else range(source.num_classes))
                  if counts[c] < config.per_class_limit]

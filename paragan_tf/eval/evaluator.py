@@ -28,7 +28,7 @@ import json
 import os
 import shutil
 import time
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 from absl import logging
 import gin
@@ -115,6 +115,7 @@ class Evaluator:
         self.names = self.extractor.names
         self._real: Optional[Dict[str, np.ndarray]] = None
         self._gap_batches: Optional[tuple] = None
+        self._steps: Dict[str, Callable] = {}  # see _run
         try:  # the reference images: the test split when the dataset has one
             self._reference = exp.source.make("test")
             self.reference_split = "test"
@@ -191,10 +192,10 @@ class Evaluator:
             self._gap_batches = (self._fitted(train, n).cache(),
                                  self._fitted(self._reference, n).cache())
 
-        def logits(batch):
+        def d_logits(batch):
             images, labels = batch
             return {"logits": self.exp.discriminator((images, labels), training=False)}
-        train_logits, held_out_logits = (self._run(ds, logits)["logits"]
+        train_logits, held_out_logits = (self._run(ds, d_logits)["logits"]
                                          for ds in self._gap_batches)
         if len(train_logits) != len(held_out_logits):
             raise ConfigError(f"the logit gap compares {len(train_logits)} training with "
@@ -202,13 +203,19 @@ class Evaluator:
         return float(np.mean(train_logits) - np.mean(held_out_logits))
 
     def _run(self, dataset: tf.data.Dataset, fn) -> Dict[str, np.ndarray]:
-        """fn on every batch of `dataset`, per replica under the strategy; outputs concatenated."""
-        strategy = self.exp.strategy
+        """fn on every batch of `dataset`, per replica under the strategy; outputs concatenated.
 
-        @tf.function(autograph=False)
-        def step(batch):
-            out = strategy.run(fn, args=(batch,))
-            return {k: strategy.gather(v, axis=0) for k, v in out.items()}
+        The traced function is kept per fn's name, so later evaluations do not trace again
+        (each fn reads only this evaluator's fixed models, never per-call values).
+        """
+        strategy = self.exp.strategy
+        step = self._steps.get(fn.__name__)
+        if step is None:
+            @tf.function(autograph=False)
+            def step(batch):
+                out = strategy.run(fn, args=(batch,))
+                return {k: strategy.gather(v, axis=0) for k, v in out.items()}
+            self._steps[fn.__name__] = step
         parts = [step(batch) for batch in strategy.experimental_distribute_dataset(dataset)]
         return {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]}
 
@@ -222,9 +229,11 @@ class Evaluator:
             ds = ds.map(lambda image, label: (pipeline.fit_image(image, exp.data.resolution,
                                                                  exp.data.fit), label),
                         num_parallel_calls=tf.data.AUTOTUNE).take(cfg.num_real)
-            out = self._run(ds.batch(cfg.batch_size, drop_remainder=True),
-                            lambda batch: {"features": self.extractor.call(batch[0])["features"],
-                                           "labels": batch[1]})
+
+            def embed_real(batch):
+                return {"features": self.extractor.call(batch[0])["features"],
+                        "labels": batch[1]}
+            out = self._run(ds.batch(cfg.batch_size, drop_remainder=True), embed_real)
             if len(out["features"]) < cfg.num_real:
                 raise ConfigError(f"eval.num_real={cfg.num_real} but the data has only "
                                   f"{len(out['features'])} images")
@@ -256,7 +265,9 @@ class Evaluator:
                                        classes=exp.classes)
         real_out = self.real_features()
         real = real_out["features"]
+        generating = time.perf_counter()
         gen = self._generated()
+        generating = time.perf_counter() - generating
         kid, kid_std = metrics.kernel_distance(real, gen["features"], cfg.kid_block_size)
         result = {names["frechet"]: metrics.frechet_distance(real, gen["features"]),
                   names["kernel"]: kid, names["score"]: metrics.classifier_score(gen["logits"])}
@@ -273,7 +284,11 @@ class Evaluator:
         if self.extractor.kind == "classifier":
             result["conditional_accuracy"] = metrics.conditional_accuracy(
                 np.argmax(gen["logits"], -1), gen["labels"])
-        logging.info("eval at step %d (%.0f s, %s): %s", step, time.perf_counter() - start,
+        # The generation is what the replicas share (each generates and embeds its part of
+        # every batch); the metrics after it run on the host.
+        logging.info("eval at step %d (%.1f s; %d samples generated and embedded in %.1f s "
+                     "on %d replica(s); %s): %s", step, time.perf_counter() - start,
+                     cfg.num_samples, generating, exp.strategy.num_replicas_in_sync,
                      self.protocol["name"], "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
         if not self.write:
             return result

@@ -1,0 +1,71 @@
+"""Does evaluation scale across replicas? (--suite=eval_scaling)
+
+The evaluator splits every batch of generation and feature extraction across
+the strategy's replicas (eval/evaluator.py). This suite runs the quality
+experiment (gin/quality_fashion_mnist.gin) under MultiWorkerMirroredStrategy
+with 1 and then 2 workers, each pinned to its own core with one thread, for 4
+steps with an evaluation of `samples` generated images after steps 2 and 4,
+and reads the chief's log line of the second evaluation (the first one also
+embeds the real images and traces): seconds in generation and embedding (what
+the replicas share) and in the whole evaluation (the metrics after it run on
+the host, unshared). speedup = 1-worker seconds / 2-worker seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import Callable, Optional
+
+from paragan_tf.bench import quality_runs
+from paragan_tf.distribute import launcher
+
+CONFIG = "gin/quality_fashion_mnist.gin"
+_EVAL_LINE = re.compile(r"\[worker:0\] .* eval at step 4 \(([\d.]+) s; (\d+) samples generated "
+                        r"and embedded in ([\d.]+) s on (\d+) replica")
+
+
+def _seconds(log_path: str) -> dict:
+    with open(log_path) as f:
+        found = _EVAL_LINE.findall(f.read())
+    if not found:
+        raise RuntimeError(f"{log_path}: no evaluation at step 4 by worker:0")
+    total, samples, generating, replicas = found[-1]
+    return {"eval_seconds": float(total), "generate_seconds": float(generating),
+            "samples": int(samples), "replicas": int(replicas)}
+
+
+def eval_scaling(samples: int = 10000, classifier_dir: Optional[str] = None,
+                 work_dir: Optional[str] = None, config: str = CONFIG,
+                 progress: Callable[[str], None] = print) -> dict:
+    """1 vs 2 workers: JSON workers_<n>.{eval_seconds, generate_seconds, ...}, speedups."""
+    work_dir = os.path.abspath(work_dir or os.path.join(quality_runs.REPO, "runs", "bench",
+                                                        "eval_scaling"))
+    classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
+    os.makedirs(work_dir, exist_ok=True)
+    quality_runs.train_classifier(classifier_dir, config, 4, progress)
+    result = {"suite": "eval_scaling", "config": config, "samples": samples}
+    for workers in (1, 2):
+        model_dir = os.path.join(work_dir, f"workers_{workers}")
+        shutil.rmtree(model_dir, ignore_errors=True)
+        progress(f"{workers} worker(s): 4 steps, evaluations of {samples} samples at steps "
+                 f"2 and 4 (log: {model_dir}.log)")
+        with open(model_dir + ".log", "w") as log:
+            code = launcher.launch(launcher.LaunchConfig(
+                model_dir=model_dir, gin_files=[config], num_workers=workers,
+                threads_per_task=1, cores_per_task=1, gin_bindings=[
+                    "strategy.kind='multi_worker_mirrored'", "train.total_steps=4",
+                    "train.log_every=2", "train.checkpoint_every=4", "train.sample_every=4",
+                    "eval.every_steps=2", f"eval.classifier_path='{classifier_dir}'",
+                    f"eval.num_samples={samples}", "eval.num_real=10000"]),
+                stream=log, handle_signals=False)
+        if code:
+            raise RuntimeError(f"{workers} worker(s) failed with exit code {code}; "
+                               f"see {model_dir}.log")
+        result[f"workers_{workers}"] = _seconds(model_dir + ".log")
+        progress(f"{workers} worker(s): {result[f'workers_{workers}']}")
+    one, two = result["workers_1"], result["workers_2"]
+    result["generate_speedup"] = one["generate_seconds"] / two["generate_seconds"]
+    result["eval_speedup"] = one["eval_seconds"] / two["eval_seconds"]
+    return result
