@@ -7,8 +7,9 @@ with 1 and then 2 workers, each pinned to its own core with one thread, for 4
 steps with an evaluation of `samples` generated images after steps 2 and 4,
 and reads the chief's log line of the second evaluation (the first one also
 embeds the real images and traces): seconds in generation and embedding (what
-the replicas share) and in the whole evaluation (the metrics after it run on
-the host, unshared). speedup = 1-worker seconds / 2-worker seconds.
+the replicas share), in the whole evaluation, and in its other phases (standing
+BN statistics, real features, the host's metrics, D's logit gap).
+speedup = 1-worker seconds / 2-worker seconds.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from paragan_tf.distribute import launcher
 
 CONFIG = "gin/quality_fashion_mnist.gin"
 _EVAL_LINE = re.compile(r"\[worker:0\] .* eval at step 4 \(([\d.]+) s; (\d+) samples generated "
-                        r"and embedded in ([\d.]+) s on (\d+) replica")
+                        r"and embedded in ([\d.]+) s on (\d+) replica\(s\); ([^;]*);")
+_PHASE = re.compile(r"([a-zA-Z ]+?) ([\d.]+) s(?:, |$)")
 
 
 def _seconds(log_path: str) -> dict:
@@ -31,9 +33,10 @@ def _seconds(log_path: str) -> dict:
         found = _EVAL_LINE.findall(f.read())
     if not found:
         raise RuntimeError(f"{log_path}: no evaluation at step 4 by worker:0")
-    total, samples, generating, replicas = found[-1]
+    total, samples, generating, replicas, rest = found[-1]
     return {"eval_seconds": float(total), "generate_seconds": float(generating),
-            "samples": int(samples), "replicas": int(replicas)}
+            "samples": int(samples), "replicas": int(replicas),
+            "other_seconds": {phase: float(value) for phase, value in _PHASE.findall(rest)}}
 
 
 def eval_scaling(samples: int = 10000, classifier_dir: Optional[str] = None,

@@ -261,13 +261,19 @@ class Evaluator:
         """Evaluates the EMA generator as it is now (the weights of `checkpoint`, if given)."""
         start = time.perf_counter()
         cfg, exp, names = self.config, self.exp, self.names
-        sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
-                                       classes=exp.classes)
-        real_out = self.real_features()
+        seconds: Dict[str, float] = {}  # per phase, for the log line
+
+        def timed(phase, fn):
+            began = time.perf_counter()
+            out = fn()
+            seconds[phase] = time.perf_counter() - began
+            return out
+        timed("standing BN", lambda: sampling.refresh_bn_statistics(
+            exp.generator_ema, exp.source.num_classes, classes=exp.classes))
+        real_out = timed("real", self.real_features)
         real = real_out["features"]
-        generating = time.perf_counter()
-        gen = self._generated()
-        generating = time.perf_counter() - generating
+        gen = timed("generation", self._generated)
+        metrics_began = time.perf_counter()
         kid, kid_std = metrics.kernel_distance(real, gen["features"], cfg.kid_block_size)
         result = {names["frechet"]: metrics.frechet_distance(real, gen["features"]),
                   names["kernel"]: kid, names["score"]: metrics.classifier_score(gen["logits"])}
@@ -279,16 +285,19 @@ class Evaluator:
         # The generated samples cycle through the classes, so any prefix is balanced.
         result.update(metrics.precision_recall_density_coverage(
             real[:n], gen["features"][:n], cfg.nearest_k))
-        if self.protocol["logit_gap_samples"]:
-            result["d_logit_gap"] = self.logit_gap()
         if self.extractor.kind == "classifier":
             result["conditional_accuracy"] = metrics.conditional_accuracy(
                 np.argmax(gen["logits"], -1), gen["labels"])
+        seconds["metrics"] = time.perf_counter() - metrics_began
+        if self.protocol["logit_gap_samples"]:
+            result["d_logit_gap"] = timed("logit gap", self.logit_gap)
         # The generation is what the replicas share (each generates and embeds its part of
-        # every batch); the metrics after it run on the host.
+        # every batch); the metrics run on the host.
         logging.info("eval at step %d (%.1f s; %d samples generated and embedded in %.1f s "
-                     "on %d replica(s); %s): %s", step, time.perf_counter() - start,
-                     cfg.num_samples, generating, exp.strategy.num_replicas_in_sync,
+                     "on %d replica(s); %s; %s): %s", step, time.perf_counter() - start,
+                     cfg.num_samples, seconds["generation"], exp.strategy.num_replicas_in_sync,
+                     ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()
+                               if k != "generation"),
                      self.protocol["name"], "  ".join(f"{k} {v:.4g}" for k, v in result.items()))
         if not self.write:
             return result
