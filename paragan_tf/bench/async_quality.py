@@ -41,7 +41,6 @@ ARMS = {"sync": [cluster.MWMS],
         "sample_buffer": [cluster.PS, "async_train.mode='sample_buffer'"]}
 CONDITIONS = ("even", "straggler")
 START_TIMEOUT = 600  # seconds to the first progress line
-REPO = quality_runs.REPO
 
 
 def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], straggler: bool,
@@ -59,7 +58,8 @@ def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], stra
     task, word = ("chief:0", "round") if asynchronous else ("worker:0", "step")
     progress(f"{name}: starting (log: {log_path})")
     with open(log_path, "w") as log:
-        launch = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        launch = subprocess.Popen(argv, cwd=quality_runs.REPO, stdout=log,
+                                  stderr=subprocess.STDOUT)
         deadline = time.monotonic() + START_TIMEOUT
         while not cluster.progress_times(log_path, task, word):
             if launch.poll() is not None or time.monotonic() > deadline:
@@ -123,7 +123,7 @@ def async_quality(budget_minutes: float = 10.0, per_worker_batch: int = 32,
     if unknown:
         raise ConfigError(f"unknown arms/conditions {sorted(unknown)}: choose from "
                          f"{list(ARMS)} and {list(CONDITIONS)}")
-    work_dir = os.path.abspath(work_dir or os.path.join(REPO, "runs", "bench",
+    work_dir = os.path.abspath(work_dir or os.path.join(quality_runs.REPO, "runs", "bench",
                                                         "async_quality"))
     classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
     os.makedirs(work_dir, exist_ok=True)

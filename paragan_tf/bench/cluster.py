@@ -29,14 +29,16 @@ MWMS = "strategy.kind='multi_worker_mirrored'"
 PS = "strategy.kind='parameter_server'"
 
 
-def _run(name: str, work_dir: str, progress: Callable[[str], None], bindings: List[str],
-         **launch) -> Dict[str, float]:
+def run(name: str, work_dir: str, progress: Callable[[str], None], bindings: List[str],
+        config: str = CONFIG, **launch) -> Dict[str, float]:
+    """Launches a local cluster training `config` into work_dir/name (its log beside it);
+    the chief's train_result.json. Raises RuntimeError with the log's tail on failure."""
     model_dir = os.path.join(work_dir, name)
     log_path = model_dir + ".log"
     progress(f"{name}: training (log: {log_path})")
     with open(log_path, "w") as log:
         code = launcher.launch(launcher.LaunchConfig(
-            model_dir=model_dir, gin_files=[CONFIG], gin_bindings=bindings,
+            model_dir=model_dir, gin_files=[config], gin_bindings=bindings,
             threads_per_task=1, **launch), stream=log, handle_signals=False)
     if code != 0:
         with open(log_path) as f:
@@ -84,7 +86,7 @@ def scaling(per_worker_batch: int = 32, steps: int = 30, progress=print,
         for workers in (1, 2):
             batch = per_worker_batch * workers
             name = f"mwms_{workers}"
-            runs[workers] = _run(
+            runs[workers] = run(
                 name, tmp, progress,
                 [MWMS, f"train.batch_size={batch}", f"train.profile_steps={window}"]
                 + _steps(3 * window, window), num_workers=workers, cores_per_task=1)
@@ -144,17 +146,17 @@ def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float 
     """
     slow = dict(num_workers=2, slow_task="worker:1", slow_fraction=slow_fraction)
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
-        sync = _run("sync", tmp, progress,
-                    [MWMS, f"train.batch_size={2 * per_worker_batch}"]
-                    + _steps(steps, steps // 2), **slow)
+        sync = run("sync", tmp, progress,
+                   [MWMS, f"train.batch_size={2 * per_worker_batch}"]
+                   + _steps(steps, steps // 2), **slow)
         # Async: a round is d_steps D closures + 1 G closure of per_worker_batch each,
         # so twice the rounds of the sync run train on the same number of images.
         rates, closures = {}, {}
         for name, every in (("async", log_every), ("async_sparse_log", steps)):
-            _run(name, tmp, progress,
-                 [PS, f"train.batch_size={per_worker_batch}",
-                  f"async_train.max_staleness={max_staleness}"]
-                 + _steps(2 * steps, every), num_ps=1, **slow)
+            run(name, tmp, progress,
+                [PS, f"train.batch_size={per_worker_batch}",
+                 f"async_train.max_staleness={max_staleness}"]
+                + _steps(2 * steps, every), num_ps=1, **slow)
             rates[name] = progress_rate(os.path.join(tmp, name + ".log"), "chief:0", "round",
                                         per_worker_batch * 2)
             closures[name] = closures_by_task(os.path.join(tmp, name))

@@ -19,8 +19,8 @@ import re
 import shutil
 from typing import Callable, Optional
 
+from paragan_tf.bench import cluster
 from paragan_tf.bench import quality_runs
-from paragan_tf.distribute import launcher
 
 CONFIG = "gin/quality_fashion_mnist.gin"
 _EVAL_LINE = re.compile(r"\[worker:0\] .* eval at step 4 \(([\d.]+) s; (\d+) samples generated "
@@ -50,24 +50,17 @@ def eval_scaling(samples: int = 10000, classifier_dir: Optional[str] = None,
     quality_runs.train_classifier(classifier_dir, config, 4, progress)
     result = {"suite": "eval_scaling", "config": config, "samples": samples}
     for workers in (1, 2):
-        model_dir = os.path.join(work_dir, f"workers_{workers}")
-        shutil.rmtree(model_dir, ignore_errors=True)
+        name = f"workers_{workers}"
+        shutil.rmtree(os.path.join(work_dir, name), ignore_errors=True)  # else it resumes
         progress(f"{workers} worker(s): 4 steps, evaluations of {samples} samples at steps "
-                 f"2 and 4 (log: {model_dir}.log)")
-        with open(model_dir + ".log", "w") as log:
-            code = launcher.launch(launcher.LaunchConfig(
-                model_dir=model_dir, gin_files=[config], num_workers=workers,
-                threads_per_task=1, cores_per_task=1, gin_bindings=[
-                    "strategy.kind='multi_worker_mirrored'", "train.total_steps=4",
-                    "train.log_every=2", "train.checkpoint_every=4", "train.sample_every=4",
-                    "eval.every_steps=2", f"eval.classifier_path='{classifier_dir}'",
-                    f"eval.num_samples={samples}", "eval.num_real=10000"]),
-                stream=log, handle_signals=False)
-        if code:
-            raise RuntimeError(f"{workers} worker(s) failed with exit code {code}; "
-                               f"see {model_dir}.log")
-        result[f"workers_{workers}"] = _seconds(model_dir + ".log")
-        progress(f"{workers} worker(s): {result[f'workers_{workers}']}")
+                 f"2 and 4")
+        cluster.run(name, work_dir, progress, [
+            cluster.MWMS, "train.total_steps=4", "train.log_every=2",
+            "train.checkpoint_every=4", "train.sample_every=4", "eval.every_steps=2",
+            f"eval.classifier_path='{classifier_dir}'", f"eval.num_samples={samples}",
+            "eval.num_real=10000"], config=config, num_workers=workers, cores_per_task=1)
+        result[name] = _seconds(os.path.join(work_dir, name + ".log"))
+        progress(f"{workers} worker(s): {result[name]}")
     one, two = result["workers_1"], result["workers_2"]
     result["generate_speedup"] = one["generate_seconds"] / two["generate_seconds"]
     result["eval_speedup"] = one["eval_seconds"] / two["eval_seconds"]

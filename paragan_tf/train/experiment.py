@@ -73,7 +73,8 @@ class Experiment:
                     skipped_steps=self.health.skipped, consecutive_skips=self.health.consecutive,
                     input_state=self.input_state,
                     **({} if self.lecam_state is None else dict(lecam_state=self.lecam_state)),
-                    **(self.augment.trackables() if hasattr(self.augment, "trackables") else {}))
+                    **(self.augment.trackables()
+                       if isinstance(self.augment, ada_lib.AdaptiveAugment) else {}))
 
 
 def build(strategy: Optional[tf.distribute.Strategy] = None,

@@ -26,6 +26,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf import ada as ada_lib
 from paragan_tf.data import pipeline
 from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
@@ -227,7 +228,7 @@ class SyncTrainer(controller_lib.Trainer):
                                                self.exp.config.real_images_per_step)
         metrics["perf/input_wait_frac"] = wait / seconds
         augment = self.exp.augment
-        if hasattr(augment, "observe"):  # ADA: its probability and overfitting heuristic
+        if isinstance(augment, ada_lib.AdaptiveAugment):  # its p and overfitting heuristic
             metrics["augment/p"] = float(augment.p.numpy())
             metrics["augment/rt"] = float(augment.rt.numpy())
         if self.exp.input_config.tuned:

@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf import ada as ada_lib
 from paragan_tf import augment as augment_lib
 from paragan_tf import losses as losses_lib
 from paragan_tf import penalties as penalties_lib
@@ -188,7 +189,7 @@ class GANStep:
         """State that follows D's outputs, from this update's all-reduced sums (if applied):
         LeCam's averages of the mean logits, ADA's r_t and p."""
         lecam = self.config.penalties.lecam_weight > 0
-        ada = hasattr(self.config.augment, "observe")
+        ada = isinstance(self.config.augment, ada_lib.AdaptiveAugment)
         if not (lecam or ada):
             return
         ctx = tf.distribute.get_replica_context()
