@@ -143,7 +143,9 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
         results.append(evaluator.evaluate(0))
         caplog.clear()
         with caplog.at_level("INFO", logger="absl"):
-            evaluator.evaluate(4)  # the traced functions are reused: the timed evaluation
+            again = evaluator.evaluate(4)  # the traced steps and iterators are reused
+        # The kept iterators read the same pass again: the same weights, the same values.
+        assert again == pytest.approx(results[-1], rel=1e-6, abs=1e-9)
         # The line bench/eval_scaling.py reads from a worker's log.
         line = next(r.getMessage() for r in caplog.records if "eval at step 4" in r.getMessage())
         log = tmp_path / "worker.log"
@@ -155,6 +157,19 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
     assert [(t["samples"], t["replicas"]) for t in timings] == [(200, 1), (200, 2)]
     assert all(0 < t["generate_seconds"] <= t["eval_seconds"] for t in timings), timings
+
+
+def test_too_few_real_images_are_refused_by_name(tiny_gin, tmp_path, mnist_classifier):
+    path, _ = mnist_classifier
+    # One class of mnist5k: 500 images, 600 asked for.
+    tiny_gin(f"eval.classifier_path = '{path}'", "eval.num_samples = 100",
+             "eval.num_real = 600", "eval.batch_size = 100", "per_class.group = 0",
+             "per_class.num_groups = 10")
+    evaluator = evaluator_lib.Evaluator(
+        experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
+    with pytest.raises(ConfigError, match=r"real images: the data has only 500 of the 600 "
+                                          r"needed; lower eval.num_real"):
+        evaluator.real_features()
 
 
 def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_classifier):
