@@ -7,6 +7,7 @@ same process as single-device tests.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -72,15 +73,27 @@ def run_binary(script: str, *args: str, timeout: float = 300, env=None) -> subpr
 
 @pytest.fixture(scope="session")
 def mnist_classifier(tmp_path_factory):
-    """A classifier for mnist5k at 32x32 (two epochs, ~6 s): (its directory, its info)."""
+    """A classifier for mnist5k at 32x32 (two epochs, ~20 s alone): (its directory, its info).
+
+    Trained once per test run: the first xdist worker to get here trains it under a
+    file lock in the run's directory, the others load it (read-only for every test).
+    """
     from paragan_tf.data import datasets, pipeline
     from paragan_tf.eval import classifier
-    path = str(tmp_path_factory.mktemp("classifier") / "mnist5k")
-    data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "auto", False, 100, False)
-    model, info = classifier.train(datasets.get_source("mnist5k"), data, epochs=2,
-                                   progress=lambda m: None)
-    classifier.save(model, path, info)
-    return path, info
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # this run's directory, shared by its workers (not by other runs)
+    path = str(root / "mnist5k_classifier")
+    with open(str(root / "mnist5k_classifier.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not os.path.exists(os.path.join(path, classifier.INFO_FILE)):
+            data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "auto", False, 100,
+                                          False)
+            model, info = classifier.train(datasets.get_source("mnist5k"), data, epochs=2,
+                                           progress=lambda m: None)
+            classifier.save(model, path, info)
+    with open(os.path.join(path, classifier.INFO_FILE)) as f:
+        return path, json.load(f)
 
 
 def declared_for(classifier_dir: str, copy_dir: str, dataset: str) -> str:
