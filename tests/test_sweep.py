@@ -15,10 +15,7 @@ import tensorflow as tf
 
 from conftest import REPO, run_binary
 from paragan_tf import sweep as sweep_lib
-from paragan_tf.data import datasets
-from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
-from paragan_tf.eval import classifier
 
 
 def _sweep_file(tmp_path, body: str, name="s.gin") -> str:
@@ -185,12 +182,8 @@ def test_tf_config_sets_name_every_task_of_every_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_sweep_end_to_end_writes_hparams_and_the_summary_table(tmp_path):
-    model_path = str(tmp_path / "classifier")
-    data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "auto", False, 100, False)
-    model, info = classifier.train(datasets.get_source("mnist5k"), data, epochs=1,
-                                   progress=lambda m: None)
-    classifier.save(model, model_path, info)
+def test_tiny_sweep_end_to_end_writes_hparams_and_the_summary_table(tmp_path, mnist_classifier):
+    model_path, _ = mnist_classifier
     root = tmp_path / "sweep"
     evaluation = [f"eval.classifier_path = '{model_path}'", "eval.every_steps = 4",
                   "eval.num_samples = 100", "eval.num_real = 100", "eval.batch_size = 50"]
