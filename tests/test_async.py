@@ -69,8 +69,10 @@ def test_each_worker_reads_its_own_permutation_and_the_pid_offset_scheme_did_not
     batches = 4  # 256 examples per worker out of 5,000: ~13 shared by chance
     report = _coordinate("tests/ps_streams.py", batches)
     assert report["reproducible"], "a rebuilt input gave a worker other examples"
-    for scheme in ("worker_seed", "pid_offset"):
-        assert report[scheme]["examples"] == [batches * 64] * 2
+    # 256 distinct examples per worker. Not asserted of the replaced scheme: when a pid %
+    # 5,000 falls in an epoch's last 256 examples, its window runs into the next epoch's
+    # reshuffle and repeats a few (a make test run saw 253 and 253).
+    assert report["worker_seed"]["examples"] == [batches * 64] * 2
     new, old = report["worker_seed"], report["pid_offset"]
     bound = _chance_bound(*new["examples"], new["dataset"])
     assert new["overlap"] <= bound, report
