@@ -272,11 +272,32 @@ class Evaluator:
         return self._run("generated samples", latents_and_labels, generate_and_embed,
                          cfg.num_samples)
 
+    def _host_metrics(self, real: Dict[str, np.ndarray],
+                      gen: Dict[str, np.ndarray]) -> Dict[str, float]:
+        """The distances and scores of the generated features against the real ones."""
+        cfg, names = self.config, self.names
+        real_features, gen_features = real["features"], gen["features"]
+        kid, kid_std = metrics.kernel_distance(real_features, gen_features, cfg.kid_block_size)
+        result = {names["frechet"]: metrics.frechet_distance(real_features, gen_features),
+                  names["kernel"]: kid, names["score"]: metrics.classifier_score(gen["logits"])}
+        if np.isfinite(kid_std):  # undefined with a single block (fewer samples than a block)
+            result[names["kernel"] + "_std"] = kid_std
+        result["intra_class_" + names["frechet"]] = metrics.intra_class_frechet(
+            real_features, real["labels"], gen_features, gen["labels"])
+        n = self.protocol["prdc_samples"]
+        # The generated samples cycle through the classes, so any prefix is balanced.
+        result.update(metrics.precision_recall_density_coverage(
+            real_features[:n], gen_features[:n], cfg.nearest_k))
+        if self.extractor.kind == "classifier":
+            result["conditional_accuracy"] = metrics.conditional_accuracy(
+                np.argmax(gen["logits"], -1), gen["labels"])
+        return result
+
     def evaluate(self, step: int, checkpoint: Optional[str] = None,
                  writer=None) -> Dict[str, float]:
         """Evaluates the EMA generator as it is now (the weights of `checkpoint`, if given)."""
         start = time.perf_counter()
-        cfg, exp, names = self.config, self.exp, self.names
+        cfg, exp = self.config, self.exp
         seconds: Dict[str, float] = {}  # per phase, for the log line
 
         def timed(phase, fn):
@@ -286,25 +307,9 @@ class Evaluator:
             return out
         timed("standing BN", lambda: sampling.refresh_bn_statistics(
             exp.generator_ema, exp.source.num_classes, classes=exp.classes))
-        real_out = timed("real", self.real_features)
-        real = real_out["features"]
+        real = timed("real", self.real_features)
         gen = timed("generation", self._generated)
-        metrics_began = time.perf_counter()
-        kid, kid_std = metrics.kernel_distance(real, gen["features"], cfg.kid_block_size)
-        result = {names["frechet"]: metrics.frechet_distance(real, gen["features"]),
-                  names["kernel"]: kid, names["score"]: metrics.classifier_score(gen["logits"])}
-        if np.isfinite(kid_std):  # undefined with a single block (fewer samples than a block)
-            result[names["kernel"] + "_std"] = kid_std
-        result["intra_class_" + names["frechet"]] = metrics.intra_class_frechet(
-            real, real_out["labels"], gen["features"], gen["labels"])
-        n = self.protocol["prdc_samples"]
-        # The generated samples cycle through the classes, so any prefix is balanced.
-        result.update(metrics.precision_recall_density_coverage(
-            real[:n], gen["features"][:n], cfg.nearest_k))
-        if self.extractor.kind == "classifier":
-            result["conditional_accuracy"] = metrics.conditional_accuracy(
-                np.argmax(gen["logits"], -1), gen["labels"])
-        seconds["metrics"] = time.perf_counter() - metrics_began
+        result = timed("metrics", lambda: self._host_metrics(real, gen))
         if self.protocol["logit_gap_samples"]:
             result["d_logit_gap"] = timed("logit gap", self.logit_gap)
         # The generation is what the replicas share (each generates and embeds its part of
