@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, NoReturn, Optional
+from typing import Callable, List, NoReturn, Optional
 
 import quiet_startup
 
@@ -16,14 +16,29 @@ from absl import logging  # noqa: E402  pylint: disable=wrong-import-position
 import paragan_tf  # noqa: F401  (pins tf-keras before TensorFlow loads)
 from paragan_tf import config as config_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import model_dir as model_dir_lib
 
 FLAGS = flags.FLAGS
+# Run by exit_now before the process ends (exit_now skips Python's atexit handlers).
+_BEFORE_EXIT: List[Callable[[], None]] = []
 
 
 def define_gin_flags() -> None:
     flags.DEFINE_string("model_dir", None, "Folder for checkpoints, summaries and samples.")
     flags.DEFINE_multi_string("gin_file", [], "Gin config file(s), applied in order.")
     flags.DEFINE_multi_string("gin_bindings", [], "Gin bindings, e.g. train.total_steps=100.")
+
+
+def model_dir(purpose: str = "a folder bin/train.py wrote") -> str:
+    """--model_dir as every process of the run spells it (model_dir.resolve); required."""
+    if not FLAGS.model_dir:
+        fail(f"--model_dir is required ({purpose})")
+    return model_dir_lib.resolve(FLAGS.model_dir)
+
+
+def before_exit(fn: Callable[[], None]) -> None:
+    """Runs `fn` when the binary ends through exit_now or fail (in reverse order of calls)."""
+    _BEFORE_EXIT.append(fn)
 
 
 def parse_gin(finalize: bool = True) -> None:
@@ -39,6 +54,7 @@ def restore_run(run_dir: str, checkpoint: Optional[str] = None):
     """
     from paragan_tf.train import checkpoints  # pylint: disable=import-outside-toplevel
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    run_dir = model_dir_lib.resolve(run_dir)
     operative = os.path.join(run_dir, "operative_config.gin")
     if not os.path.exists(operative):
         fail(f"{run_dir} has no operative_config.gin; is it a bin/train.py --model_dir?")
@@ -70,6 +86,8 @@ def exit_now(code: int) -> NoReturn:
     autotune thread; see train/controller.py PARKED); a preempted job has a short
     grace period, so we do not wait.
     """
+    while _BEFORE_EXIT:
+        _BEFORE_EXIT.pop()()
     logging.flush()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -28,6 +28,7 @@ import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
 import tensorflow as tf
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
+from paragan_tf.train import model_dir as model_dir_lib
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -38,16 +39,15 @@ flags.DEFINE_float("timeout_secs", 3600.0, "--watch: give up after this long wit
 
 
 def _pending(model_dir: str, done: set) -> list:
-    state = tf.train.get_checkpoint_state(model_dir)
-    paths = list(state.all_model_checkpoint_paths) if state else []
-    return [p for p in paths if p not in done]
+    """The run's checkpoints not yet evaluated, oldest first."""
+    return [p for p in reversed(model_dir_lib.checkpoint_paths(model_dir)) if p not in done]
 
 
 def _wait_for_first_checkpoint(model_dir: str) -> None:
     """A sidecar may start before the trainer has written anything."""
     start = time.monotonic()
     while not (os.path.exists(os.path.join(model_dir, "operative_config.gin"))
-               and tf.train.latest_checkpoint(model_dir)):
+               and model_dir_lib.latest_checkpoint(model_dir)):
         if time.monotonic() - start > FLAGS.timeout_secs:
             common.fail(f"no checkpoint appeared in {model_dir} in {FLAGS.timeout_secs:.0f} s",
                         code=1)
@@ -56,15 +56,14 @@ def _wait_for_first_checkpoint(model_dir: str) -> None:
 
 
 def _main() -> int:
-    if not FLAGS.model_dir:
-        common.fail("--model_dir is required (a folder bin/train.py wrote)")
+    model_dir = common.model_dir()
     if FLAGS.watch:
-        _wait_for_first_checkpoint(FLAGS.model_dir)
-    exp, path = common.restore_run(FLAGS.model_dir, FLAGS.checkpoint)
-    out_dir = os.path.join(FLAGS.model_dir, "eval")
+        _wait_for_first_checkpoint(model_dir)
+    exp, path = common.restore_run(model_dir, FLAGS.checkpoint)
+    out_dir = os.path.join(model_dir, "eval")
     evaluator = evaluator_lib.Evaluator(exp, out_dir)
     writer = tf.summary.create_file_writer(out_dir)
-    saver = checkpoints.Checkpointer(FLAGS.model_dir, max_to_keep=1000, **exp.trackables())
+    saver = checkpoints.Checkpointer(model_dir, max_to_keep=1000, **exp.trackables())
     done = {e["checkpoint"] for e in evaluator.history["evaluations"]}
     if not FLAGS.watch:
         result = evaluator.evaluate(int(exp.step.numpy()), path, writer)
@@ -73,7 +72,7 @@ def _main() -> int:
         common.exit_now(0)
     last_new = time.monotonic()
     while True:
-        pending = _pending(FLAGS.model_dir, done)
+        pending = _pending(model_dir, done)
         for path in pending:
             try:
                 saver.restore(path)
@@ -85,12 +84,12 @@ def _main() -> int:
             writer.flush()
             done.add(path)
             last_new = time.monotonic()
-        finished = os.path.exists(os.path.join(FLAGS.model_dir, "train_result.json"))
-        if finished and not _pending(FLAGS.model_dir, done):
+        finished = os.path.exists(os.path.join(model_dir, "train_result.json"))
+        if finished and not _pending(model_dir, done):
             logging.info("the run has finished and every checkpoint is evaluated")
             break
         if time.monotonic() - last_new > FLAGS.timeout_secs:
-            common.fail(f"no new checkpoint in {FLAGS.model_dir} for {FLAGS.timeout_secs:.0f} s",
+            common.fail(f"no new checkpoint in {model_dir} for {FLAGS.timeout_secs:.0f} s",
                         code=1)
         time.sleep(FLAGS.poll_secs)
     best = evaluator.history["best"]

@@ -1,7 +1,7 @@
 """Exports a run's EMA generator as a SavedModel with a (z, labels) -> images signature.
 
     python bin/export.py --model_dir=runs/default --output=runs/default/export/generator
-    python bin/export.py --model_dir=runs/quality/run --checkpoint=runs/quality/run/best/ckpt-3000
+    python bin/export.py --model_dir=runs/quality/run --checkpoint=runs/x/eval/best/ckpt-400
 
 The generator gets standing BN statistics first (as for sample grids), then is
 written with paragan_tf/export.py; load it anywhere with TensorFlow alone:
@@ -29,15 +29,14 @@ flags.DEFINE_integer("standing_stats_batches", 8,
 
 
 def _main() -> int:
-    if not FLAGS.model_dir:
-        common.fail("--model_dir is required (a folder bin/train.py wrote)")
-    exp, checkpoint = common.restore_run(FLAGS.model_dir, FLAGS.checkpoint)
+    model_dir = common.model_dir()
+    exp, checkpoint = common.restore_run(model_dir, FLAGS.checkpoint)
     if FLAGS.standing_stats_batches:
         sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
                                        FLAGS.standing_stats_batches, classes=exp.classes)
-    output = FLAGS.output or os.path.join(FLAGS.model_dir, "export", "generator")
+    output = FLAGS.output or os.path.join(model_dir, "export", "generator")
     export.export_generator(exp.generator_ema, output, dict(
-        checkpoint=os.path.abspath(checkpoint), step=int(exp.step.numpy()),
+        checkpoint=checkpoint, step=int(exp.step.numpy()),
         dataset=exp.source.name, classes=exp.classes, layout=exp.layout.precision))
     logging.info("exported the EMA generator of %s to %s", checkpoint, output)
     print(output, flush=True)

@@ -24,13 +24,13 @@ from absl import flags
 from absl import logging
 
 import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
-import tensorflow as tf
 from paragan_tf import config as config_lib
 from paragan_tf.data import pipeline
 from paragan_tf.eval import classifier
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
+from paragan_tf.train import model_dir as model_dir_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/quality", "Where the classifier, run and metrics go.")
@@ -58,7 +58,7 @@ def _classifier(path: str) -> dict:
 
 def _main() -> int:
     start = time.perf_counter()
-    out = FLAGS.output_dir
+    out = model_dir_lib.resolve(FLAGS.output_dir)
     classifier_dir, run_dir = os.path.join(out, "classifier"), os.path.join(out, "run")
     bindings = FLAGS.gin_bindings + [f"eval.classifier_path = '{classifier_dir}'"]
     config_lib.parse(FLAGS.gin_file, bindings, finalize=False)
@@ -68,7 +68,7 @@ def _main() -> int:
     first = [e for e in evaluator.history["evaluations"] if e["step"] == 0]
     if first:
         fcd_start = first[0]["fcd"]
-    elif int(exp.step.numpy()) == 0 and not tf.train.latest_checkpoint(run_dir):
+    elif int(exp.step.numpy()) == 0 and not model_dir_lib.latest_checkpoint(run_dir):
         fcd_start = evaluator.evaluate(0)["fcd"]
     else:
         common.fail(f"{run_dir} holds a run without its step-0 evaluation; use a fresh "
@@ -79,7 +79,7 @@ def _main() -> int:
         end = json.load(f)
     final = max(end["evaluations"], key=lambda e: e["step"])
     if final["step"] != steps:  # eval.every_steps = 0: the loop did not evaluate the end
-        final = evaluator.evaluate(steps, tf.train.latest_checkpoint(run_dir))
+        final = evaluator.evaluate(steps, model_dir_lib.latest_checkpoint(run_dir))
         end = evaluator.history
     metrics = dict(
         fcd_start=fcd_start, fcd_end=final["fcd"], fcd_ratio=final["fcd"] / fcd_start,

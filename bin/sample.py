@@ -110,12 +110,11 @@ def _interpolation(run_dirs: List[str]) -> Tuple[np.ndarray, int]:
 
 
 def _main() -> int:
-    if not FLAGS.model_dir:
-        common.fail("--model_dir is required (a folder bin/train.py wrote)")
-    run_dirs = _run_dirs(FLAGS.model_dir)
+    model_dir = common.model_dir()
+    run_dirs = _run_dirs(model_dir)
     samples, rows = (_grid if FLAGS.mode == "grid" else _interpolation)(run_dirs)
     name = "sample.png" if FLAGS.mode == "grid" else f"{FLAGS.mode}.png"
-    output = FLAGS.output or os.path.join(FLAGS.model_dir, "samples", name)
+    output = FLAGS.output or os.path.join(model_dir, "samples", name)
     images.write_png(output, images.grid(samples, rows=rows))
     logging.info("%s: %s", FLAGS.mode, output)
     print(output, flush=True)

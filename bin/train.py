@@ -44,15 +44,16 @@ flags.DEFINE_float("memory_gib", None, "Device memory for the dry run's memory p
 
 def _main() -> int:
     common.parse_gin()
-    if not FLAGS.dry_run and not FLAGS.model_dir:
-        common.fail("--model_dir is required (where checkpoints and summaries go)")
+    model_dir = None if FLAGS.dry_run else common.model_dir(
+        "where checkpoints and summaries go")
     if not FLAGS.dry_run and server.serve_if_server_task():
         return 0
     if not FLAGS.dry_run:  # before any work: the folder, and nobody else training in it
-        model_dir_lib.check(FLAGS.model_dir)
+        model_dir_lib.check(model_dir)
         if cluster.writes_model_dir(config_lib.bound("strategy.kind", "one_device")):
-            # Held until this process exits: the kernel releases it on any exit.
-            model_dir_lib.Lock(FLAGS.model_dir).acquire()
+            # Released (its record cleared) on every exit through common.exit_now; the
+            # kernel releases a killed process's flock, and the next run names that pid.
+            common.before_exit(model_dir_lib.Lock(model_dir).acquire().release)
     exp = experiment.build(check_data=not FLAGS.dry_run)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
@@ -61,7 +62,7 @@ def _main() -> int:
         return 0
     asynchronous = isinstance(exp.strategy, tf.distribute.experimental.ParameterServerStrategy)
     try:
-        result = (async_loop if asynchronous else loop).train(exp, FLAGS.model_dir)
+        result = (async_loop if asynchronous else loop).train(exp, model_dir)
     except loop.Interrupted as e:
         logging.warning("%s", e)
         common.exit_now(128 + e.signum)
@@ -71,7 +72,7 @@ def _main() -> int:
     except (OSError, tf.errors.OpError) as e:
         if not model_dir_lib.is_disk_full(e):
             raise
-        common.fail(f"no space left on the device of {FLAGS.model_dir} ("
+        common.fail(f"no space left on the device of {model_dir} ("
                     f"{str(e).strip().splitlines()[0][:200]}); free space and relaunch to "
                     f"resume from the newest checkpoint", code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))

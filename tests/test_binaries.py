@@ -122,7 +122,8 @@ def test_bad_input_exits_non_zero_with_one_line_naming_the_setting(tmp_path):
         assert not glob.glob(str(tmp_path / name.replace(" ", "_") / "ckpt-*")), name
 
 
-def test_sigterm_saves_a_checkpoint_and_a_relaunch_finishes(tmp_path):
+def test_sigterm_saves_a_checkpoint_and_a_relaunch_finishes_and_both_release_the_lock(
+        tmp_path):
     model_dir = str(tmp_path)
     args = [PYTHON, os.path.join(REPO, "bin", "train.py"), "--gin_file=gin/tiny.gin",
             f"--model_dir={model_dir}", "--gin_bindings=train.total_steps = 100000",
@@ -138,6 +139,9 @@ def test_sigterm_saves_a_checkpoint_and_a_relaunch_finishes(tmp_path):
     rest = proc.stderr.read()
     assert proc.wait(timeout=120) == 128 + signal.SIGTERM, "".join(seen)[-2000:] + rest[-2000:]
     assert "stopped by signal 15" in rest
+    # A clean stop releases the folder's lock and clears its record: the relaunch takes it
+    # over without naming a previous holder (only a killed run's record is left behind).
+    assert open(os.path.join(model_dir, ".lock")).read() == ""
     latest = tf.train.latest_checkpoint(model_dir)
     stopped_at = int(latest.rsplit("-", 1)[1])
     assert stopped_at >= 4
@@ -145,7 +149,9 @@ def test_sigterm_saves_a_checkpoint_and_a_relaunch_finishes(tmp_path):
                         f"--gin_bindings=train.total_steps = {stopped_at + 2}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"resumed from {latest} at step {stopped_at}" in result.stderr
+    assert "taking over the lock" not in result.stderr
     assert tf.train.latest_checkpoint(model_dir).endswith(f"ckpt-{stopped_at + 2}")
+    assert open(os.path.join(model_dir, ".lock")).read() == ""  # a normal end too
 
 
 def test_1024px_config_trains_two_steps_with_recompute(tmp_path):

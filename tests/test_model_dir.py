@@ -121,3 +121,31 @@ def test_a_full_disk_is_one_line_and_the_previous_checkpoint_stays_loadable(smal
     sizes = {name: reader.get_tensor(name).size for name in
              reader.get_variable_to_shape_map() if name.endswith(".ATTRIBUTES/VARIABLE_VALUE")}
     assert sum(sizes.values()) > 100_000, len(sizes)  # every tensor reads back
+
+
+@pytest.mark.parametrize("typed", ["run", "./run", "run/", "./run//", "link"])
+def test_a_run_folder_typed_relative_resolves_once_and_its_checkpoints_restore(
+        tmp_path, monkeypatch, typed):
+    """What users type (relative, ./x, a trailing slash, a symlink) is one folder: its
+    checkpoints are named and restored without the folder joined twice."""
+    from paragan_tf.train import checkpoints
+    from paragan_tf.train import model_dir as model_dir_lib
+    monkeypatch.chdir(tmp_path)
+    os.symlink("run", "link")
+    step = tf.Variable(0, dtype=tf.int64)
+    saver = checkpoints.Checkpointer("run", max_to_keep=5, step=step)
+    for value in (2, 4):
+        step.assign(value)
+        saver.save(value)
+    folder = str(tmp_path / typed.strip("./") if typed != "./run//" else tmp_path / "run")
+    assert model_dir_lib.resolve(typed) == folder
+    assert model_dir_lib.checkpoint_paths(typed) == [f"{folder}/ckpt-4", f"{folder}/ckpt-2"]
+    step.assign(0)
+    reader = checkpoints.Checkpointer(typed, max_to_keep=5, step=step)
+    assert reader.restore_latest() == f"{folder}/ckpt-4" and int(step.numpy()) == 4
+
+
+def test_a_url_model_dir_is_not_made_local():
+    from paragan_tf.train import model_dir as model_dir_lib
+    assert model_dir_lib.resolve("gs://bucket/runs/x/") == "gs://bucket/runs/x"
+    assert model_dir_lib.resolve("gs://bucket/runs/x") == "gs://bucket/runs/x"

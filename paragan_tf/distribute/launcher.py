@@ -26,6 +26,8 @@ import threading
 import time
 from typing import Dict, List, Optional, TextIO
 
+from paragan_tf.train import model_dir as model_dir_lib
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "bin", "train.py")
 
@@ -199,6 +201,9 @@ def launch(config: LaunchConfig, stream: TextIO = sys.stdout,
            handle_signals: bool = True) -> int:
     """Runs the cluster to completion; returns 0, or the failing training task's exit code."""
     config.check()
+    # The tasks run from the repository root: a folder typed relative to the caller's
+    # working directory is resolved here, so every task writes where the user meant.
+    config.model_dir = model_dir_lib.resolve(config.model_dir)
     os.makedirs(config.model_dir, exist_ok=True)
     output = _Output(stream)
     say = lambda message: output.line("launch", message)  # noqa: E731

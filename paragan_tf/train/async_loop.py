@@ -62,6 +62,7 @@ from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import controller as controller_lib
+from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import sample_buffer
 from paragan_tf.train import step as step_lib
 
@@ -409,12 +410,13 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
     options = config_lib.async_config()
     check_settings(exp, options)
+    model_dir = model_dir_lib.resolve(model_dir)
     trainer = AsyncTrainer(exp, model_dir, options)
     try:
         return controller_lib.Controller(exp, model_dir, trainer).run()
     except (tf.errors.UnavailableError, tf.errors.CancelledError,
             tf.errors.AbortedError) as e:
-        latest = tf.train.latest_checkpoint(model_dir)
+        latest = model_dir_lib.latest_checkpoint(model_dir)
         finished = trainer.inflight.finished if trainer.inflight else "?"
         raise ParameterServerLost(
             f"lost the cluster at round {finished} ({type(e).__name__}: "

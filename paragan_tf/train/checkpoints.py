@@ -49,7 +49,7 @@ class Checkpointer:
                  worker_id: int = 0, **trackables):
         self.checkpoint = tf.train.Checkpoint(**trackables)
         self._trackables = trackables
-        self.model_dir = model_dir
+        self.model_dir = model_dir = model_dir_lib.resolve(model_dir)
         # Non-chief workers of a multi-worker run must save too (saving is a
         # collective op), but into a private scratch folder nobody restores from.
         directory = (model_dir if is_chief else
@@ -73,19 +73,12 @@ class Checkpointer:
     @property
     def latest(self) -> Optional[str]:
         """The newest checkpoint in model_dir (every worker restores from the chief's)."""
-        return tf.train.latest_checkpoint(self.model_dir)
+        return model_dir_lib.latest_checkpoint(self.model_dir)
 
     def restore_latest(self) -> Optional[str]:
         """Restores the newest readable checkpoint, if any; returns its path."""
-        state = tf.train.get_checkpoint_state(self.model_dir)
-        if state is None or not state.model_checkpoint_path:
-            return None
-        paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-        if state.model_checkpoint_path not in paths:
-            paths.append(state.model_checkpoint_path)
-        paths = sorted(set(paths), key=lambda p: int(p.rsplit("-", 1)[1]), reverse=True)
+        paths = model_dir_lib.checkpoint_paths(self.model_dir)
         for i, path in enumerate(paths):
-            path = path if os.path.isabs(path) else os.path.join(self.model_dir, path)
             try:
                 return self.restore(path)
             except UNREADABLE + (ConfigError,) as e:
@@ -98,6 +91,7 @@ class Checkpointer:
 
     def restore(self, path: str) -> str:
         """Restores the checkpoint at `path` (a prefix such as model_dir/ckpt-200)."""
+        path = model_dir_lib.resolve(path)
         if not tf.io.gfile.exists(path + ".index"):
             raise ConfigError(f"checkpoint {path} does not exist (no {path}.index)")
         # A mismatch surfaces part-way through the restore, after some variables were

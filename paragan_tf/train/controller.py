@@ -46,6 +46,7 @@ from paragan_tf.data import class_list
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import preemption
 
 Interrupted = preemption.Interrupted
@@ -247,7 +248,8 @@ class Controller:
     """Trains `trainer` in `model_dir` until train.total_steps; resumes from its newest checkpoint."""
 
     def __init__(self, exp: experiment_lib.Experiment, model_dir: str, trainer: Trainer):
-        self.exp, self.model_dir, self.trainer = exp, model_dir, trainer
+        self.exp, self.trainer = exp, trainer
+        self.model_dir = model_dir_lib.resolve(model_dir)
 
     def run(self) -> Dict[str, float]:
         """Returns the last logged metrics plus `step` and `wall_seconds`.

@@ -1,13 +1,21 @@
-"""The run's folder: checked before any work, locked for the run, and a full disk named.
+"""The run's folder: where it is, which checkpoints it names, checked, locked, a full disk named.
+
+`resolve` is the one spelling of a run's folder: every binary and library entry
+point passes `--model_dir` through it, so a folder typed relative (`runs/default`,
+`./runs/default/`) means the same folder to every process, whatever its working
+directory. `checkpoint_paths` is the one reader of the folder's `checkpoint`
+state file: resume, evaluation, sampling, export and sweeps all take their
+checkpoint paths from it.
 
 `check` runs before the experiment is built, so a model_dir that is a file (or
 cannot be created) fails in one line instead of a traceback minutes later.
 
 `Lock` keeps two trainings out of one folder: the chief process (the only
 writer; other workers of a multi-worker run take no lock) holds an exclusive
-`flock` on `model_dir/.lock` for the run. The kernel releases it on any exit,
-SIGKILL included, so a lock file left by a dead process is simply taken over,
-with a log line naming that process. The file holds the holder's pid, host and
+`flock` on `model_dir/.lock` for the run. A run that ends (normally, on SIGTERM
+or Ctrl-C, or on an error) releases it and clears its record; the kernel
+releases the flock of a killed process too (SIGKILL, a crash), whose record is
+left, so the next run takes the lock over with a log line naming that process. The file holds the holder's pid, host and
 command, so a refused second run can say who holds the folder.
 Only local folders are locked; a remote one (gs://...) is used unlocked, with a
 warning.
@@ -29,18 +37,64 @@ import shutil
 import socket
 import sys
 import time
-from typing import Optional
+from typing import List, Optional
 
 from absl import logging
-import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
+
+# TensorFlow is imported where it is used: the launcher resolves run folders with this
+# module and starts in a fraction of a second without it.
 
 LOCK_FILE = ".lock"
 
 
 def is_local(path: str) -> bool:
     return "://" not in path
+
+
+def resolve(path: str) -> str:
+    """The one spelling of a run folder (or checkpoint prefix) that every process uses.
+
+    A local path becomes absolute and normalised (`runs/x`, `./runs/x/` and `~/x`
+    alike; a symlink stays as typed, so the run follows the link). A tf.io.gfile URL
+    (`gs://bucket/run/`) is not a local path: it keeps its scheme and only loses a
+    trailing slash.
+    """
+    if not path:
+        raise ConfigError("--model_dir is empty; name a folder (it is created if missing)")
+    if not is_local(path):
+        return path.rstrip("/")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _step(prefix: str) -> int:
+    return int(prefix.rsplit("-", 1)[1])
+
+
+def checkpoint_paths(model_dir: str) -> List[str]:
+    """The checkpoints that model_dir's `checkpoint` state file names, newest first.
+
+    Each entry is taken by its file name alone and joined to the resolved folder here:
+    TensorFlow's reader already joins a relative entry to the folder it was given, so
+    joining again (as every caller once did) doubled a relative folder
+    (`runs/x/runs/x/ckpt-4`). By name, a run folder that was moved or copied also
+    finds its own files rather than the ones its old absolute entries point at.
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    model_dir = resolve(model_dir)
+    state = tf.train.get_checkpoint_state(model_dir)
+    if state is None or not state.model_checkpoint_path:
+        return []
+    names = {os.path.basename(p) for p in
+             [state.model_checkpoint_path, *state.all_model_checkpoint_paths]}
+    return sorted((os.path.join(model_dir, name) for name in names), key=_step, reverse=True)
+
+
+def latest_checkpoint(model_dir: str) -> Optional[str]:
+    """The newest checkpoint model_dir names (a prefix such as /abs/run/ckpt-1200), or None."""
+    paths = checkpoint_paths(model_dir)
+    return paths[0] if paths else None
 
 
 def check(model_dir: str) -> None:
@@ -119,8 +173,10 @@ class Lock:
         return self
 
     def release(self) -> None:
-        """Unlocks (the file stays: a later run takes it over)."""
+        """Unlocks and clears the holder's record: the file stays, and the next run takes it
+        over without naming a previous holder (only a killed run's record is left)."""
         if self._fd is not None:
+            os.ftruncate(self._fd, 0)
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
@@ -147,6 +203,7 @@ def disk_full(model_dir: str, step: int, needed: int, previous: Optional[str]) -
 
 def is_disk_full(error: BaseException) -> bool:
     """A full device, as TensorFlow's file writers or Python report it."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     if isinstance(error, OSError):
         return error.errno == errno.ENOSPC
     return isinstance(error, tf.errors.ResourceExhaustedError) or (
