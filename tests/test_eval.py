@@ -159,7 +159,8 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
     assert all(0 < t["generate_seconds"] <= t["eval_seconds"] for t in timings), timings
 
 
-def test_too_few_real_images_are_refused_by_name(tiny_gin, tmp_path, mnist_classifier):
+def test_real_images_are_what_the_split_has_up_to_num_real_and_stamped(
+        tiny_gin, tmp_path, mnist_classifier):
     path, _ = mnist_classifier
     # One class of mnist5k: 500 images, 600 asked for.
     tiny_gin(f"eval.classifier_path = '{path}'", "eval.num_samples = 100",
@@ -167,6 +168,16 @@ def test_too_few_real_images_are_refused_by_name(tiny_gin, tmp_path, mnist_class
              "per_class.num_groups = 10")
     evaluator = evaluator_lib.Evaluator(
         experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
+    assert evaluator.num_real == 500
+    assert evaluator.protocol["real"] == 500
+    assert evaluator.protocol["name"] == "fcd0.1k_train0.5k"
+    real = evaluator.real_features()
+    assert real["features"].shape[0] == 500 and set(real["labels"]) == {0}
+    # A pass shorter than the count (data that changed under the evaluator) is still
+    # refused by name rather than wrapped around.
+    evaluator.num_real = 600
+    evaluator._real = None  # pylint: disable=protected-access
+    evaluator._loops.clear()  # pylint: disable=protected-access
     with pytest.raises(ConfigError, match=r"real images: the data has only 500 of the 600 "
                                           r"needed; lower eval.num_real"):
         evaluator.real_features()

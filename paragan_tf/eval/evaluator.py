@@ -71,7 +71,9 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
       every_steps: evaluate inside the training loop every this many steps; 0: never.
       num_samples: generated samples per evaluation (classes balanced).
       num_real: real images for the reference statistics (the test split when
-        the dataset has one, else the train split).
+        the dataset has one, else the train split); at most: a split with fewer
+        images of the run's classes gives what it has (logged, and stamped in the
+        protocol).
       batch_size: global batch of generation and feature extraction.
       feature_extractor: "classifier" (FCD, from bin/train_classifier.py) or
         "inception" (FID; weights you provide, see eval/features.py).
@@ -121,13 +123,36 @@ class Evaluator:
         except ConfigError:
             self._reference = exp.source.make(exp.data.split)
             self.reference_split = exp.data.split
+        self.num_real = self._available_real()
         self.protocol = self._protocol()
         if self.protocol["prdc_samples"] <= cfg.nearest_k + 1:
             raise ConfigError(f"eval.num_samples={cfg.num_samples} and eval.num_real="
-                              f"{cfg.num_real} must exceed eval.nearest_k + 1 ("
+                              f"{self.num_real} must exceed eval.nearest_k + 1 ("
                               f"{cfg.nearest_k + 1}) for precision, recall, density, coverage")
         tf.io.gfile.makedirs(output_dir)
         self.history = self._read_history()
+
+    def _available_real(self) -> int:
+        """eval.num_real, or the reference split's images of this run's classes where there
+        are fewer (whole batches): a setting is an upper bound, so the default (10,000)
+        works on small data such as mnist5k's 5,000. Counted before any work, stamped in
+        the protocol."""
+        cfg, exp = self.config, self.exp
+        examples = pipeline.keep_classes(self._reference, exp.classes, exp.source.num_classes)
+        available = int(tf.data.experimental.cardinality(examples))
+        if available < 0:  # unknown (a filter, files): count up to the setting
+            available = int(examples.take(cfg.num_real).reduce(
+                np.int64(0), lambda count, _: count + 1))
+        if available >= cfg.num_real:
+            return cfg.num_real
+        if not available:
+            raise ConfigError(f"the {self.reference_split} split of {exp.source.name} has no "
+                              f"images of this run's classes to evaluate against")
+        n = available // cfg.batch_size * cfg.batch_size or available
+        logging.warning("eval.num_real=%d, but the %s split of %s has %d images of this "
+                        "run's classes: evaluating against %d", cfg.num_real,
+                        self.reference_split, exp.source.name, available, n)
+        return n
 
     def _read_history(self) -> dict:
         path = os.path.join(self.output_dir, METRICS_FILE)
@@ -154,21 +179,21 @@ class Evaluator:
         def thousands(n):
             return f"{n / 1000:g}k"
         name = (f"{self.names['frechet']}{thousands(cfg.num_samples)}_{self.reference_split}"
-                f"{thousands(cfg.num_real)}")
+                f"{thousands(self.num_real)}")
         return {"name": name, "extractor": self.extractor.kind,
                 "extractor_path": self.extractor.path, "generated": cfg.num_samples,
-                "real": cfg.num_real, "reference_split": self.reference_split,
+                "real": self.num_real, "reference_split": self.reference_split,
                 "resize": resize, "prdc_samples": min(cfg.prdc_samples, cfg.num_samples,
-                                                      cfg.num_real),
+                                                      self.num_real),
                 "nearest_k": cfg.nearest_k,
                 "logit_gap_samples": (self._gap_samples() if self.reference_split !=
                                       exp.data.split else 0)}
 
     def _gap_samples(self) -> int:
         """Images per side of the logit gap: the training stream's (per_class_limit and
-        class groups applied), at most num_real; whole batches."""
+        class groups applied), at most the real images compared; whole batches."""
         exp, cfg = self.exp, self.config
-        n = cfg.num_real
+        n = self.num_real
         if exp.data.per_class_limit:
             n = min(n, exp.data.per_class_limit * len(exp.classes))
         return n // cfg.batch_size * cfg.batch_size or n
@@ -243,13 +268,13 @@ class Evaluator:
         return out
 
     def real_features(self) -> Dict[str, np.ndarray]:
-        """Features and labels of `num_real` real images (computed once)."""
+        """Features and labels of the `num_real` real images compared (computed once)."""
         if self._real is None:
             def embed_real(batch):
                 return {"features": self.extractor.call(batch[0])["features"],
                         "labels": batch[1]}
             # Per-class runs are compared with the real images of their own classes.
-            n = self.config.num_real
+            n = self.num_real
             self._real = self._run("real images", lambda: self._fitted(self._reference, n),
                                    embed_real, n)
         return self._real
