@@ -50,23 +50,44 @@ def write_hparams(runs, root: str) -> None:
     """The HParams dashboard's view of the sweep: the axes and metrics, and each run's values."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tensorboard.plugins.hparams import api as hp  # pylint: disable=import-outside-toplevel
+    from tensorboard.plugins.hparams import plugin_data_pb2  # pylint: disable=import-outside-toplevel
 
-    def plain(value):
-        return value if isinstance(value, (bool, int, float, str)) else str(value)
+    # One type per axis, as the dashboard needs to filter and sort it: numbers as floats
+    # (2e-4 and 1 on one axis), else booleans, else strings.
+    axes = {name: [run.varying[name] for run in runs] for name in runs[0].varying}
+
+    def kind(values):
+        if all(isinstance(v, bool) for v in values):
+            return bool
+        return float if all(isinstance(v, (int, float)) for v in values) else str
+    kinds = {name: kind(values) for name, values in axes.items()}
+
+    def typed(run):
+        return {name: kinds[name](run.varying[name]) for name in axes}
     metrics = [hp.Metric("metrics/" + m, display_name=m) for m in
                ("fcd", "fid", "conditional_accuracy")] + [
         hp.Metric("perf/images_per_sec", display_name="images/s"),
         hp.Metric("loss/G", display_name="loss/G"), hp.Metric("loss/D", display_name="loss/D")]
+    config = hp.hparams_config_pb(
+        hparams=[hp.HParam(name, hp.Discrete(sorted({kinds[name](v) for v in values})))
+                 for name, values in axes.items()], metrics=metrics)
+    # The dashboard shows an axis of a written config only where `differs` is set, which
+    # TensorBoard's API leaves false: set it from the values.
+    plugin_data = config.value[0].metadata.plugin_data
+    content = plugin_data_pb2.HParamsPluginData.FromString(plugin_data.content)
+    for info in content.experiment.hparam_infos:
+        info.differs = len(set(map(str, axes[info.name]))) > 1
+    plugin_data.content = content.SerializeToString()
     with tf.summary.create_file_writer(root).as_default():
-        hp.hparams_config(hparams=[hp.HParam(k) for k in runs[0].varying], metrics=metrics)
+        tf.summary.experimental.write_raw_pb(config.SerializeToString(), step=0)
     for run in runs:
         marker = os.path.join(run.model_dir, "hparams.json")
         if os.path.exists(marker):
             continue
         with tf.summary.create_file_writer(run.model_dir).as_default():
-            hp.hparams({k: plain(v) for k, v in run.varying.items()}, trial_id=run.name)
+            hp.hparams(typed(run), trial_id=run.name)
         with open(marker, "w") as f:
-            json.dump({k: plain(v) for k, v in run.varying.items()}, f, indent=1)
+            json.dump(typed(run), f, indent=1)
 
 
 def _last_step(run) -> str:

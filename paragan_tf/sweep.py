@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import gin
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import model_dir as model_dir_lib
 
 
 @gin.configurable("sweep")
@@ -155,10 +156,12 @@ def validate(runs: Sequence[Run]) -> None:
 
 
 def status(run: Run) -> str:
-    """'finished' (train_result.json written), 'unfinished' (started) or 'new'."""
+    """'finished' (train_result.json written), 'unfinished' (a checkpoint to resume from)
+    or 'new' (its folder may hold the sweep's HParams record or a run that died before
+    its first checkpoint: it starts from step 0)."""
     if os.path.exists(os.path.join(run.model_dir, "train_result.json")):
         return "finished"
-    if os.path.isdir(run.model_dir):
+    if model_dir_lib.latest_checkpoint(run.model_dir):
         return "unfinished"
     return "new"
 
