@@ -7,12 +7,16 @@ same process as single-device tests.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 
 import paragan_tf  # noqa: F401  (pins tf-keras first)
 
@@ -40,6 +44,7 @@ _FILE_SECONDS = {
     "test_reliability.py": 130, "test_model_dir.py": 70,
     "test_records.py": 110, "test_sweep.py": 90, "test_data.py": 60, "test_slurm.py": 45,
     "test_layout.py": 40, "test_tensorboard.py": 35, "test_small_data.py": 110,
+    "test_readme.py": 190,
 }
 
 
@@ -62,6 +67,20 @@ def tiny_gin():
     def parse(*bindings):
         config_lib.parse(["gin/tiny.gin"], list(bindings), finalize=False)
     return parse
+
+
+# What a user's checkout holds for the binaries and `make train`; a scratch checkout links
+# these, so commands typed with relative folders (runs/default) write under it, not here.
+CHECKOUT = ("Makefile", "bin", "gin", "paragan_tf", "requirements.txt", "pyproject.toml",
+            ".venv")
+
+
+def scratch_checkout(path) -> str:
+    """A folder that looks like the repository to a user at its root (links to ours)."""
+    os.makedirs(path, exist_ok=True)
+    for name in CHECKOUT:
+        os.symlink(os.path.join(REPO, name), os.path.join(path, name))
+    return str(path)
 
 
 def run_binary(script: str, *args: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
@@ -114,3 +133,46 @@ def declared_for(classifier_dir: str, copy_dir: str, dataset: str) -> str:
 def mirrored_2() -> tf.distribute.Strategy:
     return tf.distribute.MirroredStrategy(
         ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tensorboard(logdir: str, ready: str = "/data/plugin/scalars/tags"):
+    """A real TensorBoard serving `logdir` on 127.0.0.1: yields get(path, body=None), which
+    GETs (or POSTs `body` as JSON) and returns the parsed answer. Ready once `ready`
+    answers with some run (the events are read a moment after start)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [PYTHON, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1",
+         "--port", str(port), "--load_fast=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def get(path: str, body=None):
+        request = urllib.request.Request(  # POSTed as the dashboard does: JSON
+            f"http://127.0.0.1:{port}{path}", headers={"Content-Type": "application/json"},
+            data=None if body is None else json.dumps(body).encode())
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+    try:
+        deadline, answer = time.time() + 120, {}
+        while not answer:
+            assert server.poll() is None, server.stdout.read()
+            assert time.time() < deadline, f"TensorBoard did not serve {ready} of {logdir}"
+            try:
+                answer = get(ready)
+            except OSError:
+                pass
+            time.sleep(0.5)
+        yield get
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()

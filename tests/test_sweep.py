@@ -11,9 +11,8 @@ import sys
 import textwrap
 
 import pytest
-import tensorflow as tf
 
-from conftest import REPO, run_binary
+from conftest import PYTHON, REPO, run_binary, scratch_checkout, tensorboard
 from paragan_tf import sweep as sweep_lib
 from paragan_tf.errors import ConfigError
 
@@ -114,7 +113,8 @@ calls = os.path.join(model_dir, "calls")
 n = len(open(calls).read()) if os.path.exists(calls) else 0
 open(calls, "a").write("x")
 if "seed=1" in model_dir and n == 0:
-    print("fake crash"); sys.exit(3)   # dies once, after writing something: unfinished
+    open(os.path.join(model_dir, "checkpoint"), "w").write('model_checkpoint_path: "ckpt-2"')
+    print("fake crash"); sys.exit(3)   # dies once, after a checkpoint: unfinished
 json.dump({"step": 3, "perf/images_per_sec": 100.0 + n}, open(os.path.join(model_dir, "train_result.json"), "w"))
 """
 
@@ -184,13 +184,19 @@ def test_tf_config_sets_name_every_task_of_every_run(tmp_path):
 @pytest.mark.slow
 def test_tiny_sweep_end_to_end_writes_hparams_and_the_summary_table(tmp_path, mnist_classifier):
     model_path, _ = mnist_classifier
-    root = tmp_path / "sweep"
+    checkout = scratch_checkout(tmp_path / "checkout")  # --root relative to it, as typed
+    root = tmp_path / "checkout" / "runs" / "sweep"
     evaluation = [f"eval.classifier_path = '{model_path}'", "eval.every_steps = 4",
                   "eval.num_samples = 100", "eval.num_real = 100", "eval.batch_size = 50"]
-    proc = run_binary("sweep.py", "--sweep=gin/sweeps/tiny.gin", f"--root={root}",
-                      "--parallel=2", *[f"--gin_bindings={b}" for b in evaluation], timeout=900)
+    proc = subprocess.run(
+        [PYTHON, "bin/sweep.py", "--sweep=gin/sweeps/tiny.gin", "--root=runs/sweep",
+         "--parallel=2", *[f"--gin_bindings={b}" for b in evaluation]], cwd=checkout,
+        capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
     assert "on core(s) [0]" in proc.stdout and "on core(s) [1]" in proc.stdout
+    # Runs without a checkpoint start (the HParams record made their folders first).
+    assert "start  D.learning_rate=0.0002 [1/2]" in proc.stdout, proc.stdout
+    assert "resume" not in proc.stdout
     table = (root / "summary.md").read_text()
     print(table)
     lines = table.strip().splitlines()
@@ -201,12 +207,19 @@ def test_tiny_sweep_end_to_end_writes_hparams_and_the_summary_table(tmp_path, mn
     assert fcds == sorted(fcds)  # best (lowest FCD) first
     csv_rows = (root / "summary.csv").read_text().strip().splitlines()
     assert len(csv_rows) == 3 and "perf/images_per_sec" in csv_rows[0]
-    # HParams: the sweep's config at the root, each run's values in its own folder.
-    plugins = set()
-    for events in glob.glob(str(root / "**" / "events.out.tfevents.*"), recursive=True):
-        for event in tf.compat.v1.train.summary_iterator(events):
-            plugins |= {v.metadata.plugin_data.plugin_name for v in event.summary.value}
-    assert "hparams" in plugins
+    # HParams as the dashboard reads them: the swept axis typed, marked as differing, and
+    # each run's value on it.
+    with tensorboard(str(root)) as get:
+        infos = get("/data/plugin/hparams/experiment", {"experimentName": ""})["hparamInfos"]
+        axis = next(i for i in infos if i["name"] == "D/optimizer.learning_rate")
+        assert axis["type"] == "DATA_TYPE_FLOAT64" and axis["differs"] is True, infos
+        groups = get("/data/plugin/hparams/session_groups",
+                     {"experimentName": "", "startIndex": 0, "sliceSize": 10,
+                      "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS"],
+                      "colParams": [{"hparam": "D/optimizer.learning_rate"}]})
+        values = sorted(g["hparams"]["D/optimizer.learning_rate"]
+                        for g in groups["sessionGroups"])
+        assert values == [2e-4, 8e-4], groups
     again = run_binary("sweep.py", "--sweep=gin/sweeps/tiny.gin", f"--root={root}",
                        *[f"--gin_bindings={b}" for b in evaluation])
     assert again.returncode == 0 and again.stdout.count(": finished") == 2

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import socket
-import subprocess
-import time
-import urllib.request
 
 import pytest
 
-from conftest import PYTHON
+from conftest import tensorboard
 from paragan_tf.bench import profile
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(port: int, path: str):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-        return json.loads(response.read())
 
 
 @pytest.mark.slow
@@ -50,29 +34,13 @@ def test_tensorboard_serves_the_runs_scalars_samples_and_config(tiny_gin, tmp_pa
     # where TensorBoard's Profile tab looks; the benchmarks read it the same way.
     assert f"profile of steps 2-4: {tmp_path} (TensorBoard's Profile tab)" in lines, lines
     assert any("Conv2D" in op for op in profile.op_seconds(str(tmp_path / "plugins")))
-    port = _free_port()
-    server = subprocess.Popen(
-        [PYTHON, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host", "127.0.0.1",
-         "--port", str(port), "--load_fast=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline, tags = time.time() + 120, {}
-        while not tags.get("."):  # the events file is read a moment after start
-            assert server.poll() is None, server.stdout.read()
-            assert time.time() < deadline, "TensorBoard did not serve the run's scalars"
-            try:
-                tags = _get(port, "/data/plugin/scalars/tags")
-            except OSError:
-                pass
-            time.sleep(0.5)
+    with tensorboard(str(tmp_path)) as get:
+        tags = get("/data/plugin/scalars/tags")
         scalars = set(tags["."])
         for tag in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "perf/images_per_sec",
                     "perf/input_wait_frac", "health/skipped_steps", "lr/G", "lr/D"):
             assert tag in scalars, (tag, sorted(scalars))
-        series = _get(port, "/data/plugin/scalars/scalars?run=.&tag=loss/D")
+        series = get("/data/plugin/scalars/scalars?run=.&tag=loss/D")
         assert [step for _, step, _ in series] == [2, 4]
-        assert "samples/ema" in _get(port, "/data/plugin/images/tags")["."]
-        assert "config/operative_gin" in _get(port, "/data/plugin/text/tags")["."]
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        assert "samples/ema" in get("/data/plugin/images/tags")["."]
+        assert "config/operative_gin" in get("/data/plugin/text/tags")["."]
