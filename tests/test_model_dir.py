@@ -63,8 +63,8 @@ def test_a_second_run_on_a_model_dir_is_refused_and_a_dead_ones_lock_taken_over(
     assert third.returncode == 0, third.stderr[-3000:]
     assert f"taking over the lock left by pid {first.pid}" in third.stderr
     assert "no longer running" in third.stderr
-    with open(model_dir / ".lock") as f:
-        assert json.load(f)["pid"] != first.pid
+    # The third run ended normally: it released the lock and cleared its record.
+    assert (model_dir / ".lock").read_text() == ""
 
 
 def test_a_model_dir_that_is_a_file_is_one_line_before_anything_is_built(tmp_path):

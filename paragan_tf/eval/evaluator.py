@@ -126,6 +126,14 @@ class Evaluator:
             self._reference = exp.source.make(exp.data.split)
             self.reference_split = exp.data.split
         self.num_real = self._available_real()
+        partial = [f"eval.{k}={n}" for k, n in (("num_samples", cfg.num_samples),
+                                                ("num_real", self.num_real))
+                   if n % cfg.batch_size]
+        if kind == "inception" and exp.strategy.num_replicas_in_sync > 1 and partial:
+            # A partial last batch through the Inception network under several replicas
+            # fails inside TensorFlow (seen 2026-11-25, not yet understood): refused by name.
+            raise ConfigError(f"{', '.join(partial)} not a multiple of eval.batch_size="
+                              f"{cfg.batch_size}: FID on several replicas needs whole batches")
         self.protocol = self._protocol()
         if self.protocol["prdc_samples"] <= cfg.nearest_k + 1:
             raise ConfigError(f"eval.num_samples={cfg.num_samples} and eval.num_real="
