@@ -5,7 +5,6 @@ Real bin/train.py processes; the full disk is a small tmpfs mounted for the test
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
