@@ -12,7 +12,6 @@ import fcntl
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import gin
 import pytest
 import tensorflow as tf
 
+from paragan_tf.distribute import launcher
 from paragan_tf.distribute import strategy as strategy_lib
 
 strategy_lib.split_cpu(2)
@@ -135,18 +135,12 @@ def mirrored_2() -> tf.distribute.Strategy:
         ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def tensorboard(logdir: str, ready: str = "/data/plugin/scalars/tags"):
     """A real TensorBoard serving `logdir` on 127.0.0.1: yields get(path, body=None), which
     GETs (or POSTs `body` as JSON) and returns the parsed answer. Ready once `ready`
     answers with some run (the events are read a moment after start)."""
-    port = free_port()
+    port = launcher.free_port()
     server = subprocess.Popen(
         [PYTHON, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1",
          "--port", str(port), "--load_fast=false"],
