@@ -4,6 +4,7 @@
         --gin_bindings="eval.classifier_path='runs/quality/classifier'"        # newest
     python bin/eval.py --model_dir=runs/x --checkpoint=runs/x/ckpt-400        # that one
     python bin/eval.py --model_dir=runs/x --watch                             # sidecar
+    python bin/eval.py --gin_file=gin/x.gin --write_stats=stats/x_test.npz     # FID statistics
 
 Builds the run from its operative_config.gin (one device unless --gin_bindings
 choose a strategy), restores each checkpoint, evaluates the EMA generator and
@@ -12,6 +13,11 @@ scalars metrics/* under <model_dir>/eval, and copies the best checkpoint to
 <model_dir>/eval/best/. --watch evaluates every checkpoint not yet evaluated, waits for
 new ones, and stops once the run has finished (train_result.json) and all are
 done, or after --timeout_secs without a new checkpoint.
+
+--write_stats=PATH embeds the real images an evaluation compares with (the run's
+data with --model_dir, else --gin_file's; eval.reference_split and eval.num_real
+choose them) and stores their mean, covariance and protocol as an .npz;
+eval.reference_stats=PATH makes later evaluations use it (eval/reference_stats.py).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to evaluate; default 
 flags.DEFINE_bool("watch", False, "Evaluate every checkpoint as it appears (sidecar).")
 flags.DEFINE_float("poll_secs", 10.0, "--watch: seconds between looks for new checkpoints.")
 flags.DEFINE_float("timeout_secs", 3600.0, "--watch: give up after this long without one.")
+flags.DEFINE_string("write_stats", None, "Store the real images' feature statistics (.npz) "
+                    "here and exit: the run's data with --model_dir, else --gin_file's.")
 
 
 def _pending(model_dir: str, done: set) -> list:
@@ -55,7 +63,28 @@ def _wait_for_first_checkpoint(model_dir: str) -> None:
         time.sleep(FLAGS.poll_secs)
 
 
+def _write_stats(path: str) -> None:
+    """The real images' statistics of the run (or of --gin_file's experiment) into `path`."""
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    files = list(FLAGS.gin_file)
+    if FLAGS.model_dir:
+        files.insert(0, os.path.join(common.model_dir(), "operative_config.gin"))
+    if not files:
+        common.fail("--write_stats needs --model_dir (a run) or --gin_file (an experiment)")
+    common.config_lib.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
+                            ["eval.reference_stats = None"], finalize=False)
+    path = model_dir_lib.resolve(path)
+    evaluator = evaluator_lib.Evaluator(experiment.build(check_data=False),
+                                        os.path.dirname(path), write=False)
+    written = evaluator.write_stats(path)
+    print(json.dumps(dict(path=written.path, sha1=written.sha1, **written.protocol)),
+          flush=True)
+
+
 def _main() -> int:
+    if FLAGS.write_stats:
+        _write_stats(FLAGS.write_stats)
+        common.exit_now(0)
     model_dir = common.model_dir()
     if FLAGS.watch:
         _wait_for_first_checkpoint(model_dir)

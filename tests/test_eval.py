@@ -207,7 +207,7 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
     assert saved["protocol"]["name"] == "fcd0.1k_train0.1k"
     assert saved["protocol"] | {"extractor_path": None} == {
         "name": "fcd0.1k_train0.1k", "extractor": "classifier", "extractor_path": None,
-        "truncation": None, "generated": 100, "real": 100, "reference_split": "train",
+        "dataset": "mnist5k", "classes": list(range(10)), "truncation": None, "generated": 100, "real": 100, "reference_split": "train",
         "resize": "padded if smaller, else centre-cropped and area-resized to 32 px",
         "prdc_samples": 100, "nearest_k": 5, "logit_gap_samples": 0}
     for entry in saved["evaluations"]:

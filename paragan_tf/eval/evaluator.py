@@ -40,6 +40,7 @@ from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import features as features_lib
 from paragan_tf.eval import metrics
+from paragan_tf.eval import reference_stats
 
 METRICS_FILE = "metrics.json"
 
@@ -57,6 +58,8 @@ class EvalConfig:
     seed: int
     prdc_samples: int = 5000
     nearest_k: int = 5
+    reference_split: str = "auto"
+    reference_stats: Optional[str] = None
 
 
 @gin.configurable("eval")
@@ -64,7 +67,8 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
                 batch_size: int = 250, feature_extractor: str = "auto",
                 classifier_path: Optional[str] = None, inception_path: Optional[str] = None,
                 kid_block_size: int = 1000, seed: int = 12345, prdc_samples: int = 5000,
-                nearest_k: int = 5) -> EvalConfig:
+                nearest_k: int = 5, reference_split: str = "auto",
+                reference_stats: Optional[str] = None) -> EvalConfig:
     """Evaluation settings.
 
     Args:
@@ -87,6 +91,12 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
       prdc_samples: precision, recall, density and coverage compare at most this many
         generated and real samples (their distance matrices are held in memory whole).
       nearest_k: the neighbourhood size of those four metrics (Naeem et al.'s 5).
+      reference_split: the real images compared: "auto" (the test split when the
+        dataset has one, else the training split), or a split's name ("train", "test").
+      reference_stats: an .npz of the real features' mean and covariance (from
+        bin/eval.py --write_stats, or clean-fid/TTUR's published files) used instead
+        of embedding the real images at every run; only the Fréchet distance is
+        computed against it (eval/reference_stats.py).
     """
     if every_steps < 0 or num_samples <= 0 or num_real <= 0 or batch_size <= 0:
         raise ConfigError("eval.every_steps must be >= 0, eval.num_samples, eval.num_real "
@@ -96,7 +106,7 @@ def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 1
                           f"(eval.nearest_k={nearest_k} >= 1)")
     return EvalConfig(every_steps, num_samples, num_real, batch_size, feature_extractor,
                       classifier_path, inception_path, kid_block_size, seed, prdc_samples,
-                      nearest_k)
+                      nearest_k, reference_split, reference_stats)
 
 
 class Evaluator:
@@ -119,28 +129,58 @@ class Evaluator:
         self.names = self.extractor.names
         self._real: Optional[Dict[str, np.ndarray]] = None
         self._loops: Dict[str, tuple] = {}  # name: (traced step, iterator); see _run
-        try:  # the reference images: the test split when the dataset has one
-            self._reference = exp.source.make("test")
-            self.reference_split = "test"
-        except ConfigError:
-            self._reference = exp.source.make(exp.data.split)
-            self.reference_split = exp.data.split
+        self.reference_split, self._reference = self._reference_images()
         self.num_real = self._available_real()
-        partial = [f"eval.{k}={n}" for k, n in (("num_samples", cfg.num_samples),
-                                                ("num_real", self.num_real))
-                   if n % cfg.batch_size]
-        if kind == "inception" and exp.strategy.num_replicas_in_sync > 1 and partial:
-            # A partial last batch through the Inception network under several replicas
-            # fails inside TensorFlow (seen 2026-11-25, not yet understood): refused by name.
-            raise ConfigError(f"{', '.join(partial)} not a multiple of eval.batch_size="
-                              f"{cfg.batch_size}: FID on several replicas needs whole batches")
         self.protocol = self._protocol()
         if self.protocol["prdc_samples"] <= cfg.nearest_k + 1:
             raise ConfigError(f"eval.num_samples={cfg.num_samples} and eval.num_real="
                               f"{self.num_real} must exceed eval.nearest_k + 1 ("
                               f"{cfg.nearest_k + 1}) for precision, recall, density, coverage")
+        self.reference: Optional[reference_stats.Reference] = None
+        if cfg.reference_stats:
+            self._use_reference_stats(cfg.reference_stats)
         tf.io.gfile.makedirs(output_dir)
         self.history = self._read_history()
+
+    def _reference_images(self):
+        """(split, dataset) of the real images compared (eval.reference_split)."""
+        split, exp = self.config.reference_split, self.exp
+        if split != "auto":
+            return split, exp.source.make(split)
+        try:  # the test split when the dataset has one
+            return "test", exp.source.make("test")
+        except ConfigError:
+            return exp.data.split, exp.source.make(exp.data.split)
+
+    def _use_reference_stats(self, path: str) -> None:
+        """Compares with the stored statistics at `path` from now on (checked first)."""
+        exp = self.exp
+        probe = tf.zeros([1, exp.data.resolution, exp.data.resolution, exp.source.channels])
+        feature_size = self.extractor.info.get("features") or int(
+            self.extractor.call(probe)["features"].shape[-1])
+        self.reference = reference_stats.read(path, self.protocol, feature_size)
+        ref, p = self.reference, self.protocol
+        label = (f"{p['reference_split']}{self._thousands(ref.count)}" if ref.protocol else
+                 os.path.splitext(os.path.basename(path))[0])
+        p.update(name=f"{self.names['frechet']}{self._thousands(p['generated'])}_{label}",
+                 real=ref.count, reference_stats=ref.path, reference_stats_sha1=ref.sha1,
+                 prdc_samples=0)
+        if ref.protocol is None:
+            p["reference_split"] = "unknown (statistics from elsewhere)"
+        logging.info("comparing with the statistics in %s (sha1 %s, %s): the Fréchet "
+                     "distance only; KID, intra-class distance and precision/recall/"
+                     "density/coverage need the real features", path, ref.sha1[:12],
+                     "measured under this protocol" if ref.protocol else
+                     "no protocol stored: unverified")
+
+    def write_stats(self, path: str) -> reference_stats.Reference:
+        """Embeds the real images and stores their statistics with the protocol at `path`."""
+        features = self.real_features()["features"]
+        written = reference_stats.write(path, features, self.protocol)
+        logging.info("wrote the statistics of %d %s images of %s to %s (sha1 %s)",
+                     len(features), self.reference_split, self.exp.source.name, path,
+                     written.sha1[:12])
+        return written
 
     def _available_real(self) -> int:
         """eval.num_real, or the reference split's images of this run's classes where there
@@ -185,11 +225,11 @@ class Evaluator:
         if self.extractor.kind == "inception":
             resize += f", then {self.extractor.info['resize']}"
 
-        def thousands(n):
-            return f"{n / 1000:g}k"
+        thousands = self._thousands
         name = (f"{self.names['frechet']}{thousands(cfg.num_samples)}_{self.reference_split}"
                 f"{thousands(self.num_real)}")
         return {"name": name, "extractor": self.extractor.kind,
+                "dataset": exp.source.name, "classes": [int(c) for c in exp.classes],
                 "extractor_path": self.extractor.path,
                 **{f"extractor_{k}": v for k, v in self.extractor.info.items()
                    if k in ("network", "weights", "sha1")},
@@ -201,6 +241,10 @@ class Evaluator:
                 "nearest_k": cfg.nearest_k,
                 "logit_gap_samples": (self._gap_samples() if self.reference_split !=
                                       exp.data.split else 0)}
+
+    @staticmethod
+    def _thousands(n: int) -> str:
+        return f"{n / 1000:g}k"
 
     def _gap_samples(self) -> int:
         """Images per side of the logit gap: the training stream's (per_class_limit and
@@ -237,8 +281,14 @@ class Evaluator:
     def _run(self, name: str, examples: Callable[[], tf.data.Dataset], fn,
              n: int) -> Dict[str, np.ndarray]:
         """fn on the first n examples of examples() in batches (eval.batch_size, or n if
-        smaller; the last may be partial, split unevenly between the replicas), per
-        replica under the strategy; the outputs concatenated in order.
+        smaller; the last may be partial), per replica under the strategy; the outputs
+        concatenated in order.
+
+        No replica may get an empty share of a batch: TensorFlow 2.21's oneDNN Conv2D
+        returns its input unchanged on an empty batch (shape [0, 299, 299, 3] out of
+        Inception's first conv instead of [0, 149, 149, 32]; benchmarks/probes/
+        empty_batch_conv.py), which fails a later layer. So a pass is padded to a
+        multiple of the replicas with its own first examples, dropped again on the host.
 
         The first call per `name` makes the dataset, repeated, and traces the step; both are
         kept, and every call reads exactly one pass, so each evaluation sees the same
@@ -252,10 +302,12 @@ class Evaluator:
         batches are split by examples (AutoShardPolicy.DATA), never by files, so every
         worker of a cluster reads the same pass and the replicas' parts keep its order.
         """
-        batch = min(n, self.config.batch_size)
+        strategy = self.exp.strategy
+        padded = n + -n % strategy.num_replicas_in_sync
+        batch = min(padded, self.config.batch_size)  # the batch size divides by the replicas
         if name not in self._loops:
-            strategy = self.exp.strategy
-            ds = examples().take(n).enumerate().batch(batch).repeat()
+            ds = examples().take(n).enumerate()
+            ds = ds.concatenate(ds.take(padded - n)).batch(batch).repeat()
             options = tf.data.Options()
             options.experimental_distribute.auto_shard_policy = (
                 tf.data.experimental.AutoShardPolicy.DATA)
@@ -270,10 +322,11 @@ class Evaluator:
             self._loops[name] = step, iter(strategy.experimental_distribute_dataset(ds))
         step, iterator = self._loops[name]
         try:
-            parts = [step(next(iterator)) for _ in range(-(-n // batch))]
+            parts = [step(next(iterator)) for _ in range(-(-padded // batch))]
         except StopIteration:  # the repeated dataset is empty
             parts = []
-        out = {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]} if parts else {}
+        out = ({k: np.concatenate([p[k].numpy() for p in parts])[:n] for k in parts[0]}
+               if parts else {})
         index = out.pop("index", np.zeros(0, np.int32))
         if not np.array_equal(index, np.arange(n)):
             found = index.max() + 1 if len(index) else 0
@@ -311,16 +364,19 @@ class Evaluator:
         return self._run("generated samples", latents_and_labels, generate_and_embed,
                          cfg.num_samples)
 
-    def _host_metrics(self, real: Dict[str, np.ndarray],
+    def _host_metrics(self, real: Optional[Dict[str, np.ndarray]],
                       gen: Dict[str, np.ndarray]) -> Dict[str, float]:
         """The distances and scores of the generated features against the real ones."""
         cfg, names = self.config, self.names
-        real_features, gen_features = real["features"], gen["features"]
+        gen_features = gen["features"]
+        if self.reference is not None:  # statistics only: no per-sample comparisons
+            result = {names["frechet"]: reference_stats.frechet_distance(self.reference,
+                                                                         gen_features)}
+            return dict(result, **self._generated_only(gen))
+        real_features = real["features"]
         kid, kid_std = metrics.kernel_distance(real_features, gen_features, cfg.kid_block_size)
         result = {names["frechet"]: metrics.frechet_distance(real_features, gen_features),
                   names["kernel"]: kid}
-        if "logits" in gen:  # the FID network has no classification head: no score
-            result[names["score"]] = metrics.classifier_score(gen["logits"])
         if np.isfinite(kid_std):  # undefined with a single block (fewer samples than a block)
             result[names["kernel"] + "_std"] = kid_std
         result["intra_class_" + names["frechet"]] = metrics.intra_class_frechet(
@@ -329,6 +385,13 @@ class Evaluator:
         # The generated samples cycle through the classes, so any prefix is balanced.
         result.update(metrics.precision_recall_density_coverage(
             real_features[:n], gen_features[:n], cfg.nearest_k))
+        return dict(result, **self._generated_only(gen))
+
+    def _generated_only(self, gen: Dict[str, np.ndarray]) -> Dict[str, float]:
+        """The scores of the generated samples alone (no real images needed)."""
+        result = {}
+        if "logits" in gen:  # the FID network has no classification head: no score
+            result[self.names["score"]] = metrics.classifier_score(gen["logits"])
         if self.extractor.kind == "classifier":
             result["conditional_accuracy"] = metrics.conditional_accuracy(
                 np.argmax(gen["logits"], -1), gen["labels"])
@@ -348,7 +411,7 @@ class Evaluator:
             return out
         timed("standing BN", lambda: sampling.refresh_bn_statistics(
             exp.generator_ema, exp.source.num_classes, classes=exp.classes))
-        real = timed("real", self.real_features)
+        real = None if self.reference else timed("real", self.real_features)
         gen = timed("generation", self._generated)
         result = timed("metrics", lambda: self._host_metrics(real, gen))
         if self.protocol["logit_gap_samples"]:
@@ -394,10 +457,16 @@ class Evaluator:
         source = (f"{p['extractor_network']}, {p['extractor_weights']} sha1 "
                   f"{p['extractor_sha1'][:12]}" if p.get("extractor_sha1") else
                   p["extractor_path"])
+        if p.get("reference_stats"):
+            reference = (f"the statistics in {p['reference_stats']} (sha1 "
+                         f"{p['reference_stats_sha1'][:12]}; {p['real'] or 'unknown'} real "
+                         f"images of the {p['reference_split']} split)")
+        else:
+            reference = (f"{p['real']} real images of the {p['reference_split']} split; "
+                         f"precision/recall/density/coverage on {p['prdc_samples']} each, "
+                         f"k={p['nearest_k']}")
         return (f"{p['name']}: {p['extractor']} features ({source}), "
-                f"{p['generated']} generated vs {p['real']} real images of the "
-                f"{p['reference_split']} split, {p['resize']}; precision/recall/density/"
-                f"coverage on {p['prdc_samples']} each, k={p['nearest_k']}" +
+                f"{p['generated']} generated vs {reference}, {p['resize']}" +
                 (f"; D's logit gap on {p['logit_gap_samples']} training vs held-out "
                  f"images" if p.get("logit_gap_samples") else ""))
 

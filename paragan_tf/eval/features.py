@@ -97,7 +97,7 @@ def _fid_inception() -> FeatureExtractor:
     def call(images: tf.Tensor) -> Dict[str, tf.Tensor]:
         return {"features": model(inception.preprocess(images), training=False)}
     info = {"network": "FID Inception-v3 (2015-12-05 graph)", "weights": inception.PIN,
-            "sha1": inception.SHA1, "resize": inception.RESIZE}
+            "sha1": inception.SHA1, "resize": inception.RESIZE, "features": inception.FEATURES}
     extractor = FeatureExtractor("inception", inception.weights_path(), call, info)
     extractor.loaded = model
     return extractor
