@@ -9,6 +9,7 @@
     python bin/bench.py --suite=async_quality --output=runs/bench/async_quality.json
     python bin/bench.py --suite=small_data --output=runs/bench/small_data.json
     python bin/bench.py --suite=eval_scaling --output=runs/bench/eval_scaling.json
+    python bin/bench.py --suite=eval --output=runs/bench/eval.json
 
 Suites (see paragan_tf/bench/): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -26,7 +27,9 @@ Fashion-MNIST: images/s, FCD, conditional accuracy, closures per worker), small_
 with no augmentation, DiffAugment, ADA, DiffAugment + LeCam: FCD, intra-class FCD,
 precision, recall, conditional accuracy, D's logit gap), eval_scaling (seconds to
 generate and embed 10,000 evaluation samples with 1 and 2 MultiWorkerMirrored
-workers of one core each). Each but async_quality
+workers of one core each), eval (seconds for the FID Inception features of 10,000
+images at 32 and 128 px in float32 and the auto layout's precision, beside the
+classifier of FCD; bfloat16's change of the FID on the golden sets). Each but async_quality
 (6 x --budget_minutes, plus evaluation) and small_data (4 x ~10 minutes) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (bench/machine.py): CPU model, cores, ISA
@@ -47,6 +50,7 @@ import common  # noqa: F401  (pins tf-keras, also for the children's environment
 from paragan_tf.bench import async_quality as async_quality_bench
 from paragan_tf.bench import cluster
 from paragan_tf.bench import data as data_bench
+from paragan_tf.bench import eval_features as eval_features_bench
 from paragan_tf.bench import eval_scaling as eval_scaling_bench
 from paragan_tf.bench import input as input_bench
 from paragan_tf.bench import machine
@@ -59,7 +63,8 @@ SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.inpu
               memory=memory_bench.memory_suite, data=data_bench.data_suite,
               async_quality=async_quality_bench.async_quality,
               small_data=small_data_bench.small_data,
-              eval_scaling=eval_scaling_bench.eval_scaling)
+              eval_scaling=eval_scaling_bench.eval_scaling,
+              eval=eval_features_bench.eval_features)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
@@ -77,7 +82,7 @@ flags.DEFINE_list("arms", [], "async_quality, small_data: arms to run (default: 
 flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS),
                   "async_quality: even workers, a straggler, or both.")
 flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated images per "
-                     "FCD (default: 5,000 and 10,000).")
+                     "FCD (default: 5,000 and 10,000); eval: images per arm (10,000).")
 flags.DEFINE_integer("train_steps", 800, "small_data: training steps of every arm.")
 flags.mark_flag_as_required("suite")
 
@@ -97,14 +102,16 @@ def main(argv):
         options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions)
     if FLAGS.suite == "small_data":
         options = dict(steps=FLAGS.train_steps)
-    if (FLAGS.arms or FLAGS.eval_samples) and FLAGS.suite not in ("async_quality",
-                                                                  "small_data"):
-        common.fail(f"--arms and --eval_samples apply to the async_quality and small_data "
+    if FLAGS.arms and FLAGS.suite not in ("async_quality", "small_data"):
+        common.fail(f"--arms applies to the async_quality and small_data suites, not to "
+                    f"{FLAGS.suite}")
+    if FLAGS.eval_samples and FLAGS.suite not in ("async_quality", "small_data", "eval"):
+        common.fail(f"--eval_samples applies to the async_quality, small_data and eval "
                     f"suites, not to {FLAGS.suite}")
     if FLAGS.arms:
         options["arms"] = FLAGS.arms
     if FLAGS.eval_samples:
-        options["eval_samples"] = FLAGS.eval_samples
+        options["eval_samples" if FLAGS.suite != "eval" else "images"] = FLAGS.eval_samples
     record = machine.describe()
     _progress(f"machine: {record['cpu_model']}, {record['physical_cores']} cores at "
               f"{record['peak']['clock_ghz']:.2f} GHz, load {record['load_before']}")

@@ -185,8 +185,13 @@ def preprocess(images, value_range=(-1.0, 1.0)) -> tf.Tensor:
     return x / 128.0 - 1.0
 
 
-def build(weights: Optional[Dict[str, np.ndarray]] = None) -> keras.Model:
+def build(weights: Optional[Dict[str, np.ndarray]] = None,
+          precision: str = "float32") -> keras.Model:
     """The network with the FID weights: NHWC float32 [n, 299, 299, 3] -> [n, 2048] pool features.
+
+    `precision` is a Keras policy: evaluation uses float32; bin/bench.py --suite=eval
+    measures mixed_bfloat16's speed and how far it moves the FID. The features are
+    float32 either way.
 
     Inputs are what the reference's forward (the archive's InceptionV3) takes:
     RGB levels 0..255 mapped to level / 128 - 1, i.e. the range (-1, 0.9921875)
@@ -194,7 +199,7 @@ def build(weights: Optional[Dict[str, np.ndarray]] = None) -> keras.Model:
     nothing and resizes nothing (`preprocess` does both).
     """
     w = load_weights() if weights is None else weights
-    f32 = dict(dtype="float32")  # whatever mixed-precision policy a training run set
+    f32 = dict(dtype=precision)  # not the global policy a training run may have set
 
     def conv(x, name, stride=1, padding="same"):
         kernel = w[name + ".weight"]  # [out, in, h, w]
@@ -259,4 +264,6 @@ def build(weights: Optional[Dict[str, np.ndarray]] = None) -> keras.Model:
     x = block_e(x, "mixed_9", avg_pool)
     x = block_e(x, "mixed_10", lambda t: max_pool(t, stride=1))            # 8, 2048
     features = keras.layers.GlobalAveragePooling2D(**f32)(x)  # the 8x8 average pool
+    if precision != "float32":  # features in float32 whatever the compute
+        features = keras.layers.Activation("linear", dtype="float32")(features)
     return keras.Model(images, features, name="fid_inception_v3")
