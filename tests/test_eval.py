@@ -171,8 +171,9 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
 
 
 def test_real_images_are_what_the_split_has_up_to_num_real_and_stamped(
-        tiny_gin, tmp_path, mnist_classifier):
+        tiny_gin, tmp_path, mnist_classifier, monkeypatch, caplog):
     path, _ = mnist_classifier
+    monkeypatch.setattr(evaluator_lib, "PROGRESS_SECONDS", -1.0)  # a line per batch
     # One class of mnist5k: 500 images, 600 asked for.
     tiny_gin(f"eval.classifier_path = '{path}'", "eval.num_samples = 100",
              "eval.num_real = 600", "eval.batch_size = 100", "per_class.group = 0",
@@ -182,8 +183,12 @@ def test_real_images_are_what_the_split_has_up_to_num_real_and_stamped(
     assert evaluator.num_real == 500
     assert evaluator.protocol["real"] == 500
     assert evaluator.protocol["name"] == "fcd0.1k_train0.5k"
-    real = evaluator.real_features()
+    with caplog.at_level("INFO", logger="absl"):
+        real = evaluator.real_features()
     assert real["features"].shape[0] == 500 and set(real["labels"]) == {0}
+    # A long phase says how far it is (not after its last batch).
+    assert "real images: 100 of 500 (" in caplog.text and "400 of 500" in caplog.text
+    assert "500 of 500" not in caplog.text
     # A pass shorter than the count (data that changed under the evaluator) is still
     # refused by name rather than wrapped around.
     evaluator.num_real = 600
