@@ -10,11 +10,18 @@
    a rerun resumes);
 4. evaluates the final EMA generator and writes <output_dir>/metrics.json with
    fcd_start, fcd_end, conditional_accuracy, classifier_test_accuracy, steps,
-   wall_seconds, the targets and whether each was met, and the sample grid.
+   wall_seconds, the targets and whether each was met, and the sample grid;
+5. with --fid (the default), the FID on the standard Inception as the field reports
+   it: of the untrained (fid_start) and the trained (fid_end) EMA generator against
+   the same real images as the FCD (the test split where there is one), and the
+   real-vs-real floor (fid_floor: the training split's first eval.num_real images
+   against those), from statistics stored once in <output_dir>/fid/ (bin/eval.py
+   --write_stats); on 2 CPU cores ~10 minutes per 10,000 images.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -28,6 +35,9 @@ from paragan_tf import config as config_lib
 from paragan_tf.data import pipeline
 from paragan_tf.eval import classifier
 from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.eval import inception
+from paragan_tf.eval import metrics as metrics_lib
+from paragan_tf.eval import reference_stats
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 from paragan_tf.train import model_dir as model_dir_lib
@@ -37,6 +47,8 @@ flags.DEFINE_string("output_dir", "runs/quality", "Where the classifier, run and
 flags.DEFINE_multi_string("gin_file", ["gin/quality_fashion_mnist.gin"], "The experiment.")
 flags.DEFINE_multi_string("gin_bindings", [], "Extra gin bindings.")
 flags.DEFINE_integer("classifier_epochs", 4, "Epochs of the FCD classifier.")
+flags.DEFINE_bool("fid", True, "Also the FID on the standard Inception: start, end and the "
+                  "real-vs-real floor (~10 minutes per 10,000 images on 2 cores).")
 
 TARGETS = dict(classifier_test_accuracy=0.90, conditional_accuracy=0.85, fcd_ratio=0.05)
 
@@ -56,6 +68,47 @@ def _classifier(path: str) -> dict:
     return info
 
 
+class _Fid:
+    """The FID side of the benchmark: an Inception evaluator against stored statistics."""
+
+    def __init__(self, exp, evaluator: evaluator_lib.Evaluator, out: str):
+        self.dir = os.path.join(out, "fid")
+        config = dataclasses.replace(evaluator.config, feature_extractor="inception",
+                                     classifier_path=None, reference_stats=None)
+        reference = self._stats(exp, config, evaluator.reference_split)
+        self.floor = None
+        if evaluator.reference_split != exp.data.split:  # a held-out split: real vs real
+            training = self._stats(exp, config, exp.data.split)
+            self.floor = metrics_lib.frechet_distance_from_statistics(
+                training.mu, training.sigma, reference.mu, reference.sigma)
+            logging.info("FID floor (%s vs %s split, %d images each): %.4f", exp.data.split,
+                         evaluator.reference_split, reference.count, self.floor)
+        self.evaluator = evaluator_lib.Evaluator(
+            exp, self.dir, dataclasses.replace(config, reference_stats=reference.path))
+
+    def _stats(self, exp, config, split: str):
+        path = os.path.join(self.dir, f"{split}.npz")
+        config = dataclasses.replace(config, reference_split=split)
+        writer = evaluator_lib.Evaluator(exp, self.dir, config, write=False)
+        try:  # computed once: a rerun reuses them if the protocol still matches
+            return reference_stats.read(path, writer.protocol, inception.FEATURES)
+        except common.ConfigError:
+            return writer.write_stats(path)
+
+    @staticmethod
+    def evaluated(out: str, step: int) -> bool:
+        path = os.path.join(out, "fid", evaluator_lib.METRICS_FILE)
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            return any(e["step"] == step for e in json.load(f)["evaluations"])
+
+    def at(self, step: int, checkpoint=None) -> float:
+        """The FID at `step` (recorded in <output_dir>/fid/metrics.json; reused by a rerun)."""
+        done = [e for e in self.evaluator.history["evaluations"] if e["step"] == step]
+        return done[0]["fid"] if done else self.evaluator.evaluate(step, checkpoint)["fid"]
+
+
 def _main() -> int:
     start = time.perf_counter()
     out = model_dir_lib.resolve(FLAGS.output_dir)
@@ -66,13 +119,18 @@ def _main() -> int:
     exp = experiment.build()
     evaluator = evaluator_lib.Evaluator(exp, run_dir)
     first = [e for e in evaluator.history["evaluations"] if e["step"] == 0]
-    if first:
-        fcd_start = first[0]["fcd"]
-    elif int(exp.step.numpy()) == 0 and not model_dir_lib.latest_checkpoint(run_dir):
-        fcd_start = evaluator.evaluate(0)["fcd"]
-    else:
+    fresh = int(exp.step.numpy()) == 0 and not model_dir_lib.latest_checkpoint(run_dir)
+    if not first and not fresh:
         common.fail(f"{run_dir} holds a run without its step-0 evaluation; use a fresh "
                     "--output_dir")
+    fcd_start = first[0]["fcd"] if first else evaluator.evaluate(0)["fcd"]
+    fid = None
+    if FLAGS.fid:
+        if not fresh and not _Fid.evaluated(out, 0):
+            common.fail(f"{run_dir} holds a run without its step-0 FID; use a fresh "
+                        "--output_dir or --nofid")
+        fid = _Fid(exp, evaluator, out)
+    fid_start = fid.at(0) if fid else None
     result = loop.train(exp, run_dir)
     steps = int(result["step"])
     with open(os.path.join(run_dir, evaluator_lib.METRICS_FILE)) as f:
@@ -81,6 +139,7 @@ def _main() -> int:
     if final["step"] != steps:  # eval.every_steps = 0: the loop did not evaluate the end
         final = evaluator.evaluate(steps, model_dir_lib.latest_checkpoint(run_dir))
         end = evaluator.history
+    fid_end = fid.at(steps, model_dir_lib.latest_checkpoint(run_dir)) if fid else None
     metrics = dict(
         fcd_start=fcd_start, fcd_end=final["fcd"], fcd_ratio=final["fcd"] / fcd_start,
         kcd_end=final["kcd"], classifier_score_end=final["classifier_score"],
@@ -90,6 +149,9 @@ def _main() -> int:
         train_images_per_sec=result.get("perf/images_per_sec"), best=end["best"],
         grid=os.path.join(run_dir, "samples", f"step_{steps:07d}.png"),
         layout=exp.layout.precision, targets=TARGETS)
+    if fid:
+        metrics.update(fid_start=fid_start, fid_end=fid_end, fid_floor=fid.floor,
+                       fid_protocol=fid.evaluator.protocol)
     metrics["targets_met"] = {
         k: metrics[k] <= v if k == "fcd_ratio" else metrics[k] >= v for k, v in TARGETS.items()}
     path = os.path.join(out, "metrics.json")

@@ -338,11 +338,18 @@ def test_exported_generator_runs_in_a_fresh_process_without_paragan_tf(tiny_gin,
 def test_quality_binary_end_to_end_on_the_tiny_config(tmp_path):
     proc = run_binary("quality.py", f"--output_dir={tmp_path}", "--gin_file=gin/tiny.gin",
                       "--classifier_epochs=1", "--gin_bindings=eval.every_steps=2",
-                      "--gin_bindings=eval.num_samples=100", "--gin_bindings=eval.num_real=100",
+                      "--gin_bindings=eval.num_samples=50", "--gin_bindings=eval.num_real=50",
                       "--gin_bindings=eval.batch_size=50")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "metrics.json").read_text())
     assert result["steps"] == 4 and result["fcd_start"] > 0 and result["fcd_end"] > 0
+    # The FID beside the FCD, against stored statistics of the same real images; mnist5k
+    # has no held-out split, so no real-vs-real floor.
+    assert result["fid_start"] > 0 and result["fid_end"] > 0 and result["fid_floor"] is None
+    assert result["fid_protocol"]["name"] == "fid0.05k_train0.05k"
+    assert result["fid_protocol"]["reference_stats"] == str(tmp_path / "fid" / "train.npz")
+    fid_history = json.loads((tmp_path / "fid" / "metrics.json").read_text())
+    assert [e["step"] for e in fid_history["evaluations"]] == [0, 4]
     assert result["fcd_ratio"] == pytest.approx(result["fcd_end"] / result["fcd_start"])
     assert set(result["targets_met"]) == {"classifier_test_accuracy", "conditional_accuracy",
                                           "fcd_ratio"}
