@@ -18,8 +18,8 @@ Evaluation stays float32 if bfloat16 moves it by more than `FID_TOLERANCE`.
 
 from __future__ import annotations
 
-import importlib.util
 import os
+import sys
 import time
 from typing import Callable, Dict, Sequence
 
@@ -39,11 +39,12 @@ GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 def _golden_inputs():
-    spec = importlib.util.spec_from_file_location(
-        "make_inception_inputs", os.path.join(GOLDEN, "make_inception_inputs.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The seeded numpy script that makes the golden inputs (shared with the tests and the
+    reference's side, tests/golden/make_inception_golden.py)."""
+    if GOLDEN not in sys.path:
+        sys.path.append(GOLDEN)
+    import make_inception_inputs  # pylint: disable=import-outside-toplevel,import-error
+    return make_inception_inputs
 
 
 def _inception(precision: str, weights) -> Callable[[tf.Tensor], tf.Tensor]:
