@@ -32,6 +32,7 @@ from absl import logging
 
 import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
 import tensorflow as tf
+from paragan_tf import config as config_lib
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import model_dir as model_dir_lib
@@ -71,8 +72,8 @@ def _write_stats(path: str) -> None:
         files.insert(0, os.path.join(common.model_dir(), "operative_config.gin"))
     if not files:
         common.fail("--write_stats needs --model_dir (a run) or --gin_file (an experiment)")
-    common.config_lib.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
-                            ["eval.reference_stats = None"], finalize=False)
+    config_lib.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
+                     ["eval.reference_stats = None"], finalize=False)
     path = model_dir_lib.resolve(path)
     evaluator = evaluator_lib.Evaluator(experiment.build(check_data=False),
                                         os.path.dirname(path), write=False)
