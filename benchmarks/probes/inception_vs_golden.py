@@ -8,31 +8,22 @@ two golden sets of 500 images (ours, through our numpy Fréchet distance) beside
 the reference's value, and how many significant digits agree.
 """
 
-import importlib.util
 import math
 import os
 import time
 
 import numpy as np
-import tensorflow as tf
 
-from paragan_tf.eval import inception
+from paragan_tf.bench import eval_features
 from paragan_tf.eval import metrics
 
-GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "golden")
-spec = importlib.util.spec_from_file_location(
-    "make_inception_inputs", os.path.join(GOLDEN, "make_inception_inputs.py"))
-inputs = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(inputs)
-golden = dict(np.load(os.path.join(GOLDEN, "inception_golden.npz")))
-
-model = inception.build()
-embed = tf.function(lambda x: model(inception.preprocess(x, (0, 255)), training=False))
+inputs = eval_features.golden_inputs()
+golden = dict(np.load(os.path.join(eval_features.GOLDEN, "inception_golden.npz")))
+embed = eval_features.embedder(value_range=(0, 255))
 
 
 def features(images):
-    return np.concatenate([embed(tf.constant(images[i:i + 50])).numpy()
-                           for i in range(0, len(images), 50)])
+    return eval_features.in_batches(embed, images)
 
 
 ours, ref = features(inputs.feature_images()), golden["features"]

@@ -38,7 +38,7 @@ GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "tests", "golden")
 
 
-def _golden_inputs():
+def golden_inputs():
     """The seeded numpy script that makes the golden inputs (shared with the tests and the
     reference's side, tests/golden/make_inception_golden.py)."""
     if GOLDEN not in sys.path:
@@ -47,9 +47,17 @@ def _golden_inputs():
     return make_inception_inputs
 
 
-def _inception(precision: str, weights) -> Callable[[tf.Tensor], tf.Tensor]:
+def embedder(precision: str = "float32", weights=None,
+             value_range=(-1.0, 1.0)) -> Callable[[tf.Tensor], tf.Tensor]:
+    """Images in `value_range` -> Inception features, as the evaluator computes them."""
     model = inception.build(weights, precision)
-    return tf.function(lambda x: model(inception.preprocess(x), training=False))
+    return tf.function(lambda x: model(inception.preprocess(x, value_range), training=False))
+
+
+def in_batches(embed, images: np.ndarray, batch: int = 50) -> np.ndarray:
+    """[n, ...] numpy images -> [n, 2048] features, `batch` at a time."""
+    return np.concatenate([embed(tf.constant(images[i:i + batch])).numpy()
+                           for i in range(0, len(images), batch)])
 
 
 def _classifier(resolution: int) -> Callable[[tf.Tensor], tf.Tensor]:
@@ -81,14 +89,9 @@ def _time(fn, images: int, batch: int, resolution: int, ceiling_gflops) -> Dict[
 
 
 def _golden_fid(precision: str, weights, progress) -> float:
-    soft, shapes = _golden_inputs().fid_sets()
-    model = inception.build(weights, precision)
-    embed = tf.function(lambda x: model(inception.preprocess(x, (0, 255)), training=False))
-
-    def features(images):
-        return np.concatenate([embed(tf.constant(images[i:i + 50])).numpy()
-                               for i in range(0, len(images), 50)])
-    fid = metrics.frechet_distance(features(soft), features(shapes))
+    soft, shapes = golden_inputs().fid_sets()
+    embed = embedder(precision, weights, (0, 255))
+    fid = metrics.frechet_distance(in_batches(embed, soft), in_batches(embed, shapes))
     progress(f"golden FID in {precision}: {fid:.5f}")
     return fid
 
@@ -109,7 +112,7 @@ def eval_features(images: int = 10000, batch: int = 250,
             progress(f"{name}: {images} images in batches of {batch}")
             ceiling = theory["bf16_gflops" if precision == "mixed_bfloat16" else "fp32_gflops"]
             arms[name] = dict(extractor="inception", precision=precision, resolution=resolution,
-                              **_time(_inception(precision, weights), images, batch,
+                              **_time(embedder(precision, weights), images, batch,
                                       resolution, ceiling))
             progress(f"{name}: {arms[name]['seconds']:.1f} s, "
                      f"{arms[name]['images_per_second']:.1f} images/s")
