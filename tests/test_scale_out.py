@@ -76,6 +76,12 @@ def test_mwms_workers_save_at_one_step_on_sigterm_and_stay_identical(tmp_path):
     run = Launch(model_dir, *MWMS, *_bindings(total_steps=100000, log_every=10,
                                                checkpoint_every=100000))
     run.wait_for(r"\[worker:1\].*step 20/")
+    # A worker stalled for longer than TensorFlow's own 10 s heartbeat timeout (a busy
+    # shared host) must not fail the run: strategy.HEARTBEAT_TIMEOUT_SECONDS.
+    os.kill(run.pid("worker:1"), signal.SIGSTOP)
+    time.sleep(20)
+    os.kill(run.pid("worker:1"), signal.SIGCONT)
+    run.wait_for(r"\[worker:1\].*step 30/")
     os.kill(run.pid("worker:1"), signal.SIGTERM)
     assert run.finish() == 143, run.output()[-3000:]
     stops = re.findall(r"\[(worker:\d)\].*stopped by signal 15 at step (\d+)", run.output())

@@ -26,7 +26,9 @@ def test_sbatch_and_srun_train_two_workers(tmp_path):
              "bin/train.sbatch", "gin/tiny.gin", str(model_dir), "train.total_steps = 4"],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         log = output.read_text() if output.exists() else ""
-        assert job.returncode == 0, (job.stdout, job.stderr, log[-4000:])
+        # The first error lines, which a tail of the log can miss behind the tracebacks.
+        errors = [line for line in log.splitlines() if "Error" in line][:10]
+        assert job.returncode == 0, (job.stdout, job.stderr, errors, log[-4000:])
         accounting = subprocess.run(["squeue", "-h"], env=env, capture_output=True, text=True)
         assert accounting.stdout.strip() == ""  # the job is gone from the queue
     assert re.search(r"job \d+: 2 task\(s\) on \S+: gin/tiny.gin", log)

@@ -25,6 +25,9 @@ def test_unknown_kind_and_late_cpu_split_are_config_errors():
         strategy_lib.make_strategy("horovod")
     with pytest.raises(ConfigError, match="strategy.num_logical_cpus=3"):
         strategy_lib.make_strategy("mirrored", num_logical_cpus=3)  # TF already has 2
+    with pytest.raises(ConfigError, match="heartbeat_timeout_seconds applies to "
+                                          "'multi_worker_mirrored' only"):
+        strategy_lib.make_strategy("one_device", heartbeat_timeout_seconds=30)
 
 
 @pytest.mark.parametrize("raw,message", [

@@ -29,6 +29,13 @@ from paragan_tf.errors import ConfigError
 
 KINDS = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", "tpu")
 
+# How long a multi_worker_mirrored task may go without a heartbeat before the whole run
+# fails. TensorFlow's own 10 s turned a worker stalled by a busy shared host into a
+# failed run here (a 25 s SIGSTOP of one worker reproduces it: "The following tasks are
+# unhealthy (stopped sending heartbeats)"); a worker that dies is noticed at once anyway,
+# through its closed connection, so a longer wait costs only hung workers' time.
+HEARTBEAT_TIMEOUT_SECONDS = 60
+
 
 def split_cpu(num_devices: int) -> None:
     """Splits the physical CPU into `num_devices` logical CPUs (before TF initialises)."""
@@ -64,10 +71,36 @@ def set_threads(intra_op_threads: int, inter_op_threads: int) -> None:
                               f"already initialised in this process") from None
 
 
+def _coordinate(resolver, heartbeat_timeout_seconds: int) -> None:
+    """Configures the coordination service as MultiWorkerMirroredStrategy would, with our
+    heartbeat timeout: the strategy configures it only when nothing has yet. TensorFlow
+    has no public call for this, hence the internal modules."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    if heartbeat_timeout_seconds <= 0:
+        raise ConfigError(f"strategy.heartbeat_timeout_seconds={heartbeat_timeout_seconds} "
+                          f"must be positive")
+    spec = resolver.cluster_spec()
+    if context.context().coordination_service is not None or not spec.as_dict():
+        return
+    if resolver.task_type not in ("chief", "worker"):
+        return
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(spec),
+        coordinated_jobs=[coordination_config_pb2.CoordinatedJob(name=job,
+                                                                 num_tasks=spec.num_tasks(job))
+                          for job in ("chief", "worker") if job in spec.jobs],
+        heartbeat_timeout_in_ms=heartbeat_timeout_seconds * 1000)
+
+
 @gin.configurable("strategy")
 def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
                   tpu: Optional[str] = None, intra_op_threads: int = 0,
-                  inter_op_threads: int = 0, min_shard_bytes: int = 1 << 20) -> tf.distribute.Strategy:
+                  inter_op_threads: int = 0, min_shard_bytes: int = 1 << 20,
+                  heartbeat_timeout_seconds: Optional[int] = None) -> tf.distribute.Strategy:
     """Builds the strategy named by `strategy.kind`.
 
     Args:
@@ -83,9 +116,14 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
         with only one waits for each step to end.
       min_shard_bytes: `parameter_server` only: variables larger than this are
         split over the parameter servers (at most one shard per server).
+      heartbeat_timeout_seconds: `multi_worker_mirrored` only: how long a task may be
+        silent before the run fails (None: HEARTBEAT_TIMEOUT_SECONDS).
     """
     if kind not in KINDS:
         raise ConfigError(f"strategy.kind={kind!r} is unknown; choose one of {list(KINDS)}")
+    if heartbeat_timeout_seconds is not None and kind != "multi_worker_mirrored":
+        raise ConfigError(f"strategy.heartbeat_timeout_seconds applies to "
+                          f"'multi_worker_mirrored' only, not to strategy.kind={kind!r}")
     set_threads(intra_op_threads, inter_op_threads)
     gpus = tf.config.list_physical_devices("GPU")
     if kind == "one_device":
@@ -103,7 +141,9 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
         return tf.distribute.MirroredStrategy(
             devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
     if kind == "multi_worker_mirrored":
-        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=cluster.resolver())
+        resolver = cluster.resolver()
+        _coordinate(resolver, heartbeat_timeout_seconds or HEARTBEAT_TIMEOUT_SECONDS)
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     if kind == "parameter_server":
         resolver = cluster.resolver()
         num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
