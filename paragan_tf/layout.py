@@ -1,4 +1,4 @@
-"""Hardware-aware layout (ParaGAN section 5): precision, channel rounding and XLA, per device.
+"""Hardware-aware layout (docs/design.md section 5): precision, channel rounding, XLA per device.
 
 The layout is chosen from what `detect()` finds, never assumed:
 

@@ -5,7 +5,7 @@ dispatcher and N tf.data service workers on loopback ports, and the real-image
 pipeline is then read through them (every stage up to batching runs in the
 workers; prefetching stays with the trainer). On one machine this shows the
 mechanism and isolates preprocessing threads; on a cluster the same
-`distribute()` call would point at remote workers (ParaGAN section 4).
+`distribute()` call would point at remote workers (docs/design.md section 4).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The input pipeline's settings, and the tuner that reacts to measured input stalls.
 
-ParaGAN section 4: measure, per step, how long training waited for input; when
+docs/design.md section 4: measure, per step, how long training waited for input; when
 that wait grows (a congested store), raise read parallelism and prefetch depth,
 and report it. The trainer (train/loop.py) measures `perf/input_wait_frac` per
 log window and feeds it to `InputTuner.observe`; when the tuning changes it
@@ -57,7 +57,7 @@ def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: in
                  prefetch: int = 0, adaptive: bool = True, target_stall: float = 0.05,
                  max_read_parallelism: int = 64, service_workers: int = 0,
                  deterministic: bool = True) -> InputConfig:
-    """The congestion-aware pipeline's settings (ParaGAN section 4).
+    """The congestion-aware pipeline's settings (docs/design.md section 4).
 
     Args:
       mode: "aware": shards read by a parallel interleave, decode/resize with

@@ -5,7 +5,7 @@ as the synchronous trainer (train/controller.py), one round per step. G, D,
 EMA G and the optimizers live on the parameter servers. A round t is `d_steps` D-update closures and one G-update
 closure, scheduled with no dependency between them: each reads whatever G and
 D the servers hold when it runs, so G_{t+1} is computed against D_t while D
-is being updated (PARAGAN.md section 2). The staleness bound: round t is
+is being updated (docs/design.md section 2). The staleness bound: round t is
 scheduled only once round t - max_staleness has finished, so a closure misses
 at most the updates of the `max_staleness` most recent rounds. In mode
 'sample_buffer' D closures train on fakes G closures left in a buffer
@@ -28,7 +28,7 @@ nothing here are refused or warned about by name in `check_settings`):
   with a skipped update (`health/skipped_steps`) and stops the run after
   `train.max_consecutive_skips` of them in a row (errors.Diverged).
 
-Failures (RELIABILITY.md): a lost worker's closure is re-run elsewhere by the
+Failures (docs/reliability.md): a lost worker's closure is re-run elsewhere by the
 ClusterCoordinator, and a restarted worker is re-admitted; the step counter
 is the coordinator's count of finished rounds, so it stays exact even when a
 closure ran twice (at-least-once: the repeated update shows as
