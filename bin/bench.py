@@ -11,7 +11,7 @@
     python bin/bench.py --suite=eval_scaling --output=runs/bench/eval_scaling.json
     python bin/bench.py --suite=eval --output=runs/bench/eval.json
 
-Suites (see paragan_tf/bench/): step (seconds per training step per layout,
+Suites (see benchmarks/, outside the package): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
 of the sequential, the tf.data-AUTOTUNE and the congestion-aware pipeline over
 a latency-bound and a decode-bound congested store),
@@ -32,7 +32,7 @@ images at 32 and 128 px in float32 and the auto layout's precision, beside the
 classifier of FCD; bfloat16's change of the FID on the golden sets). Each but async_quality
 (6 x --budget_minutes, plus evaluation) and small_data (4 x ~10 minutes) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
-Every JSON has a "machine" record (bench/machine.py): CPU model, cores, ISA
+Every JSON has a "machine" record (benchmarks/machine.py): CPU model, cores, ISA
 flags, threads, load before and after, free memory, versions, git commit, UTC
 time, command line, accelerators and the theoretical FLOP/s peak.
 """
@@ -47,16 +47,19 @@ from absl import app
 from absl import flags
 
 import common  # noqa: F401  (pins tf-keras, also for the children's environment)
-from paragan_tf.bench import async_quality as async_quality_bench
-from paragan_tf.bench import cluster
-from paragan_tf.bench import data as data_bench
-from paragan_tf.bench import eval_features as eval_features_bench
-from paragan_tf.bench import eval_scaling as eval_scaling_bench
-from paragan_tf.bench import input as input_bench
-from paragan_tf.bench import machine
-from paragan_tf.bench import memory as memory_bench
-from paragan_tf.bench import small_data as small_data_bench
-from paragan_tf.bench import step as step_bench
+
+# The suites live beside the package, not in it (docs/benchmarks.md): from the repository.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks import async_quality as async_quality_bench
+from benchmarks import cluster
+from benchmarks import data as data_bench
+from benchmarks import eval_features as eval_features_bench
+from benchmarks import eval_scaling as eval_scaling_bench
+from benchmarks import input as input_bench
+from benchmarks import machine
+from benchmarks import memory as memory_bench
+from benchmarks import small_data as small_data_bench
+from benchmarks import step as step_bench
 from paragan_tf.errors import ConfigError
 
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,

@@ -23,7 +23,7 @@ peak at any batch is the maximum over the replay of fixed + per-example x
 batch. The largest batch that fits a memory budget follows. What the replay
 does not see (the runtime's scratch buffers and reordered copies, an executor
 running independent ops at once) is the measured RUNTIME_FACTOR;
-bench/memory.py measures the real peak beside this estimate.
+benchmarks/memory.py measures the real peak beside this estimate.
 """
 
 from __future__ import annotations

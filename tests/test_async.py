@@ -176,7 +176,7 @@ def tf_checkpoints(model_dir):
 
 
 def test_the_async_quality_suite_on_a_tiny_budget(tmp_path, mnist_classifier):
-    from paragan_tf.bench import async_quality
+    from benchmarks import async_quality
     result = async_quality.async_quality(
         budget_minutes=0.25, per_worker_batch=8, arms=("sample_buffer",),
         conditions=("straggler",), eval_samples=250, work_dir=str(tmp_path),

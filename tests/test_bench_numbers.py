@@ -8,8 +8,8 @@ import sys
 import pytest
 import tensorflow as tf
 
-from paragan_tf.bench import machine
-from paragan_tf.bench import step as step_bench
+from benchmarks import machine
+from benchmarks import step as step_bench
 
 INPUT, KERNEL = [2, 8, 8, 4], [3, 3, 4, 6]
 FORWARD = 2 * 2 * 8 * 8 * 3 * 3 * 4 * 6

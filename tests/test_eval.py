@@ -140,7 +140,7 @@ def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,
 
 def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mnist_classifier,
                                                           caplog):
-    from paragan_tf.bench import eval_scaling
+    from benchmarks import eval_scaling
     path, _ = mnist_classifier
     results, timings = [], []
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), mirrored_2()):
@@ -157,7 +157,7 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
             again = evaluator.evaluate(4)  # the traced steps and iterators are reused
         # The kept iterators read the same pass again: the same weights, the same values.
         assert again == pytest.approx(results[-1], rel=1e-6, abs=1e-9)
-        # The line bench/eval_scaling.py reads from a worker's log.
+        # The line benchmarks/eval_scaling.py reads from a worker's log.
         line = next(r.getMessage() for r in caplog.records if "eval at step 4" in r.getMessage())
         log = tmp_path / "worker.log"
         log.write_text(f"[worker:0] I1124 10:00:00.000000 1 evaluator.py:280] {line}\n")

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import run_binary
-from paragan_tf.bench import input as input_bench
+from benchmarks import input as input_bench
 from paragan_tf.data import congestion as congestion_lib
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline

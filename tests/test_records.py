@@ -18,7 +18,7 @@ from PIL import Image
 
 from conftest import PYTHON, REPO
 from tiny_tfds import TinyDigits
-from paragan_tf.bench import data as data_bench
+from benchmarks import data as data_bench
 from paragan_tf.data import datasets
 from paragan_tf.data import prepare
 from paragan_tf.data import records

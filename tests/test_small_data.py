@@ -322,7 +322,7 @@ def test_a_bad_ada_setting_is_refused_by_name_before_the_models_are_built(tiny_g
 
 def test_the_small_data_suite_on_a_tiny_run(tmp_path, mnist_classifier):
     from conftest import declared_for
-    from paragan_tf.bench import small_data
+    from benchmarks import small_data
     stand_in = declared_for(mnist_classifier[0], str(tmp_path / "classifier"), "fashion_mnist")
     # One arm (each is a training and an evaluation process): the one with most settings.
     result = small_data.small_data(

@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from conftest import tensorboard
-from paragan_tf.bench import profile
+from benchmarks import profile
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 

@@ -10,11 +10,13 @@ the reference's value, and how many significant digits agree.
 
 import math
 import os
+import sys
 import time
 
 import numpy as np
 
-from paragan_tf.bench import eval_features
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from benchmarks import eval_features  # noqa: E402  (the repository root, just above)
 from paragan_tf.eval import metrics
 
 inputs = eval_features.golden_inputs()

@@ -21,7 +21,7 @@ import re
 import tempfile
 from typing import Callable, Dict, List, Optional
 
-from paragan_tf.bench import profile as profile_lib
+from benchmarks import profile as profile_lib
 from paragan_tf.distribute import launcher
 
 CONFIG = "gin/bench_cluster.gin"

@@ -19,8 +19,8 @@ import re
 import shutil
 from typing import Callable, Optional
 
-from paragan_tf.bench import cluster
-from paragan_tf.bench import quality_runs
+from benchmarks import cluster
+from benchmarks import quality_runs
 
 CONFIG = "gin/quality_fashion_mnist.gin"
 _EVAL_LINE = re.compile(r"\[worker:0\] .* eval at step 4 \(([\d.]+) s; (\d+) samples generated "

@@ -38,7 +38,7 @@ from paragan_tf.data import pipeline
 from paragan_tf.data import records
 from paragan_tf.data import tuning
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _write_folder(root: str, count: int, size: int) -> None:

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Callable, Dict, Optional, Sequence
 
-from paragan_tf.bench import quality_runs
+from benchmarks import quality_runs
 from paragan_tf.errors import ConfigError
 
 CONFIG = "gin/quality_fashion_mnist.gin"

@@ -31,8 +31,8 @@ import sys
 import time
 from typing import Callable, Dict, Optional, Sequence
 
-from paragan_tf.bench import cluster
-from paragan_tf.bench import quality_runs
+from benchmarks import cluster
+from benchmarks import quality_runs
 from paragan_tf.errors import ConfigError
 
 CONFIG = "gin/quality_fashion_mnist.gin"

@@ -12,7 +12,9 @@ is 2 FLOP). The clock is measured: under a hypervisor /proc/cpuinfo's "cpu MHz"
 is the nominal TSC rate (2596 MHz on the Zen 4 we test on, whose cores run near
 3.5 GHz), so on x86-64 we time a chain of dependent integer adds, each exactly
 one cycle on every x86 core since the Pentium 4; elsewhere the clock is the
-"cpu MHz" line and the record says it is assumed.
+"cpu MHz" line and the record says it is assumed. The adds take a register, not an
+immediate: Intel cores since Golden Cove fold `add reg, imm` chains at rename, and
+timed that way an Intel Xeon with AMX (2026-11-25) "ran" at 25 GHz.
 """
 
 from __future__ import annotations
@@ -50,10 +52,11 @@ FLOP_PER_CYCLE = (
     ("x86 AVX: separate 8-lane add and multiply", None, ("avx",), 16, 16),
 )
 
-# xor rax, rax; loop: (add rax, 1) x 200; dec rdi; jnz loop; ret: 200 dependent adds per turn.
+# xor rax, rax; loop: (add rax, rsi) x 200; dec rdi; jnz loop; ret: 200 dependent adds per
+# turn (register operands: an immediate add can be folded by the renamer, see above).
 _ADDS = 200
-_CLOCK_CODE = (b"\x48\x31\xc0" + b"\x48\x83\xc0\x01" * _ADDS + b"\x48\xff\xcf"
-               + b"\x0f\x85" + (-(_ADDS * 4 + 3 + 6)).to_bytes(4, "little", signed=True)
+_CLOCK_CODE = (b"\x48\x31\xc0" + b"\x48\x01\xf0" * _ADDS + b"\x48\xff\xcf"
+               + b"\x0f\x85" + (-(_ADDS * 3 + 3 + 6)).to_bytes(4, "little", signed=True)
                + b"\xc3")
 
 

@@ -21,7 +21,7 @@ With a profile directory, two more steps per layout run under tf.profiler and
 the JSON gets each op type's share of busy time (`profile.op_time_share`): the
 evidence for where a layout's time goes. The trace opens in TensorBoard.
 
-Two kinds of peak. The theoretical one (bench/machine.py: cores x measured
+Two kinds of peak. The theoretical one (benchmarks/machine.py: cores x measured
 clock x FLOP/cycle of the detected ISA) is the ceiling: `mfu` is measured
 against it, and a FLOP/s above it stops the suite with an error instead of a
 JSON. The probes, each the best of a 4096x4096 matmul and a 3x3 convolution
@@ -40,8 +40,8 @@ import tensorflow as tf
 
 from paragan_tf import config as config_lib
 from paragan_tf import layout as layout_lib
-from paragan_tf.bench import machine
-from paragan_tf.bench import profile as profile_lib
+from benchmarks import machine
+from benchmarks import profile as profile_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as loop_lib

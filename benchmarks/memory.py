@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Callable, Dict
 
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # for the child's import
+
 # resolution -> base width measured here (full width does not fit 2 CPU cores' time).
 WIDTHS = {128: 16, 256: 16, 512: 8, 1024: 4}
 BATCHES = (1, 2)
@@ -83,10 +85,12 @@ def memory_suite(progress: Callable[[str], None]) -> dict:
               "tolerance": TOLERANCE, "resolutions": {}}
     for resolution, ch in WIDTHS.items():
         progress(f"memory: {resolution} px at ch={ch}")
-        code = ("import json, sys; from paragan_tf.bench import memory; "
+        code = ("import json, sys; from benchmarks import memory; "
                 f"print('RESULT ' + json.dumps(memory.measure({resolution}, {ch})))")
+        path = os.pathsep.join(filter(None, [_REPO, os.environ.get("PYTHONPATH")]))
         child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), check=False)
+                               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=path),
+                               check=False)
         lines = [l for l in child.stdout.splitlines() if l.startswith("RESULT ")]
         if child.returncode or not lines:
             raise RuntimeError(f"memory suite: {resolution} px failed:\n{child.stderr[-2000:]}")

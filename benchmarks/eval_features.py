@@ -27,15 +27,15 @@ import numpy as np
 import tensorflow as tf
 
 from paragan_tf import layout as layout_lib
-from paragan_tf.bench import machine
-from paragan_tf.bench import step as step_bench
+from benchmarks import machine
+from benchmarks import step as step_bench
 from paragan_tf.eval import classifier as classifier_lib
 from paragan_tf.eval import inception
 from paragan_tf.eval import metrics
 
 FID_TOLERANCE = 0.1
-GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "tests", "golden")
+GOLDEN = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests",
+                      "golden")
 
 
 def golden_inputs():

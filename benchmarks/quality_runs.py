@@ -9,7 +9,7 @@ import subprocess
 import sys
 from typing import Callable, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def binary(name: str) -> str:
