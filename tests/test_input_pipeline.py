@@ -112,7 +112,7 @@ def test_input_benchmark_tuner_beats_tf_data_autotune_on_a_latency_bound_store()
     # with one read per CPU a batch of 16 takes >= 3x the 20 ms step, whatever the CPU count.
     cpus = os.cpu_count() or 1
     result = input_bench.input_suite(latency_ms=3.75 * cpus, jitter_ms=2.0, batch=16,
-                                     compute_ms=20.0, windows=4, window_steps=4,
+                                     compute_ms=20.0, windows=6, window_steps=6,
                                      models=("latency",), progress=lambda m: None)
     latency = result["latency"]
     assert latency["sequential_stall_frac"] > 0.5

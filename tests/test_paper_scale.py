@@ -132,8 +132,13 @@ def test_recompute_gives_the_same_gradients_and_state():
     loss_rc, grads_rc, state_rc = _gradients_and_state(True)
     assert loss_rc == pytest.approx(loss, rel=1e-5)
     scale = max(float(np.abs(x).max()) for x in grads)
+    # Round-off, amplified by batch-3 BN in G: 3.5e-7 of the largest gradient with
+    # TF_ENABLE_ONEDNN_OPTS=0, 1.7e-3 with oneDNN's kernels on an Intel Xeon (AMX,
+    # 2026-11-25; its recomputation runs other conv kernels). A recomputation that does
+    # not restore the state first leaves the gradients alike: the state check below
+    # catches that (0.17 off).
     for plain, recomputed in zip(grads, grads_rc):
-        np.testing.assert_allclose(recomputed, plain, atol=1e-5 * scale)
+        np.testing.assert_allclose(recomputed, plain, atol=1e-2 * scale)
     # SN vectors and BN statistics advance once, as without recompute (a recomputation
     # that did not restore them advanced the BN statistics twice: 0.15 off).
     for plain, recomputed in zip(state, state_rc):

@@ -71,17 +71,28 @@ def test_two_replicas_match_one_device_after_a_step(tiny_gin, tmp_path):
     assert init_1.keys() == init_2.keys()
     for name in init_1:
         np.testing.assert_array_equal(init_1[name], init_2[name], err_msg=name)
-    moved = max(float(np.max(np.abs(one[n] - init_1[n]))) for n in one)
-    assert moved > 1e-3  # the step did something measurable
-    for name in one:
-        np.testing.assert_allclose(two[name], one[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    # Per network, the largest difference against the largest update. Measured: 3e-5
+    # with oneDNN on an Intel Xeon (AMX), 1.4e-6 with TF_ENABLE_ONEDNN_OPTS=0 (batch-4
+    # BN in G amplifies round-off); without synchronised BN, 0.33 (the test below).
+    for network, ratio in _mismatch(init_1, one, two).items():
+        assert ratio < 1e-3, (network, ratio)
+
+
+def _mismatch(initial, one, two) -> dict:
+    """{network: max |two - one| / max |one - initial|} over the network's variables."""
+    ratios = {}
+    for network in ("generator/", "discriminator/", "generator_ema/"):
+        names = [n for n in one if n.startswith(network)]
+        moved = max(float(np.max(np.abs(one[n] - initial[n]))) for n in names)
+        assert moved > 1e-3, network  # the step did something measurable
+        ratios[network] = max(float(np.max(np.abs(two[n] - one[n]))) for n in names) / moved
+    return ratios
 
 
 def test_two_replicas_without_sync_bn_differ_so_the_equivalence_test_can_fail(tiny_gin, tmp_path):
-    _, one = _train_one_step(tiny_gin, _one_device(), tmp_path / "one", sync_bn=False)
+    initial, one = _train_one_step(tiny_gin, _one_device(), tmp_path / "one", sync_bn=False)
     _, two = _train_one_step(tiny_gin, mirrored_2(), tmp_path / "two", sync_bn=False)
-    worst = max(float(np.max(np.abs(one[n] - two[n]))) for n in one if n.startswith("generator/"))
-    assert worst > 1e-4
+    assert _mismatch(initial, one, two)["generator/"] > 1e-2
 
 
 def test_global_batch_not_divisible_by_replicas_is_a_config_error(tiny_gin):
