@@ -11,11 +11,11 @@ conditional accuracy):
   sample_buffer  the same with async_train.mode='sample_buffer'
 
 each under `even` workers and under a `straggler` (worker:1 paused half the time,
-launcher Throttle). The budget runs from the arm's first progress line (start-up
-and tracing left out: they differ between strategies and are not what is
-compared) to SIGTERM, on which the run checkpoints and stops: the checkpoint's
-step is what the arm trained. images/s is over the progress lines
-after the first (start-up and tracing left out), from absl's timestamps.
+benchmarks/straggler.py). The budget runs from the arm's first progress record
+in its stats.jsonl (start-up and tracing left out: they differ between
+strategies and are not what is compared) until the launcher is asked to stop,
+on which the run checkpoints and stops: the checkpoint's step is what the arm
+trained. images/s is over the progress records after the first.
 closures_by_worker: the closures each worker task ran (parameter-server arms);
 under MultiWorkerMirrored every worker takes part in every step, so both carry
 the step count.
@@ -26,14 +26,16 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
-import sys
+import threading
 import time
 from typing import Callable, Dict, Optional, Sequence
 
 from benchmarks import cluster
 from benchmarks import quality_runs
+from benchmarks import straggler as straggler_lib
+from paragan_tf.distribute import launcher
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import records
 
 CONFIG = "gin/quality_fashion_mnist.gin"
 ARMS = {"sync": [cluster.MWMS],
@@ -44,40 +46,38 @@ START_TIMEOUT = 600  # seconds to the first progress line
 
 
 def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], straggler: bool,
-           budget_seconds: float, progress: Callable[[str], None]) -> str:
-    """Launches one arm; SIGTERM `budget_seconds` after its first progress line (start-up
-    and tracing, which differ between strategies, are not in the budget). Returns the log."""
+           budget_seconds: float, progress: Callable[[str], None]) -> None:
+    """Launches one arm; stops it `budget_seconds` after its first progress record (start-up
+    and tracing, which differ between strategies, are not in the budget)."""
     shutil.rmtree(model_dir, ignore_errors=True)
     log_path = model_dir + ".log"
     asynchronous = cluster.PS in bindings
-    argv = [sys.executable, quality_runs.binary("launch_local.py"), f"--model_dir={model_dir}",
-            f"--gin_file={config}", "--num_workers=2", f"--num_ps={int(asynchronous)}",
-            "--threads_per_task=1"] + (["--slow_task=worker:1", "--slow_fraction=0.5"]
-                                       if straggler else [])
-    argv += [f"--gin_bindings={b}" for b in bindings]
-    task, word = ("chief:0", "round") if asynchronous else ("worker:0", "step")
+    launch = launcher.LaunchConfig(model_dir=model_dir, gin_files=[config],
+                                   gin_bindings=list(bindings), num_workers=2,
+                                   num_ps=int(asynchronous), threads_per_task=1)
+    stop, codes = threading.Event(), []
     progress(f"{name}: starting (log: {log_path})")
     with open(log_path, "w") as log:
-        launch = subprocess.Popen(argv, cwd=quality_runs.REPO, stdout=log,
-                                  stderr=subprocess.STDOUT)
+        thread = threading.Thread(target=lambda: codes.append(launcher.launch(
+            launch, stream=log, handle_signals=False, stop=stop,
+            on_started=straggler_lib.throttle("worker:1", 0.5) if straggler else None)))
+        thread.start()
         deadline = time.monotonic() + START_TIMEOUT
-        while not cluster.progress_times(log_path, task, word):
-            if launch.poll() is not None or time.monotonic() > deadline:
-                launch.send_signal(signal.SIGTERM)
-                launch.wait(timeout=180)
-                raise RuntimeError(f"{name} printed no progress line in {START_TIMEOUT} s; "
+        while not records.read(model_dir, "log"):
+            if not thread.is_alive() or time.monotonic() > deadline:
+                stop.set()
+                thread.join(timeout=180)
+                raise RuntimeError(f"{name} recorded no progress in {START_TIMEOUT} s; "
                                    f"see {log_path}")
             time.sleep(0.5)
         progress(f"{name}: training for {budget_seconds:.0f} s")
-        try:
-            code = launch.wait(timeout=budget_seconds)
-            raise RuntimeError(f"{name} ended before its budget (exit {code}); see {log_path}")
-        except subprocess.TimeoutExpired:
-            launch.send_signal(signal.SIGTERM)  # every training task checkpoints and stops
-            code = launch.wait(timeout=180)
-    if code not in (0, 128 + signal.SIGTERM):
-        raise RuntimeError(f"{name} failed with exit code {code}; see {log_path}")
-    return log_path
+        thread.join(timeout=budget_seconds)
+        if not thread.is_alive():
+            raise RuntimeError(f"{name} ended before its budget (exit {codes}); see {log_path}")
+        stop.set()  # every training task checkpoints and stops
+        thread.join(timeout=180)
+    if codes not in ([0], [128 + signal.SIGTERM]):
+        raise RuntimeError(f"{name} failed with exit code {codes}; see {log_path}")
 
 
 def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str,
@@ -89,11 +89,9 @@ def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str
     bindings = ARMS[arm] + [f"train.batch_size={batch}", "train.total_steps=100000000",
                             f"train.log_every={log_every}", "train.checkpoint_every=100000000",
                             "train.sample_every=100000000", "eval.every_steps=0"]
-    log_path = _train(name, model_dir, config, bindings, condition == "straggler",
-                      budget_seconds, progress)
-    # train.d_steps = 2 real batches a step (or round)
-    rate = (cluster.progress_rate(log_path, "worker:0", "step", batch * 2) if synchronous
-            else cluster.progress_rate(log_path, "chief:0", "round", batch * 2))
+    _train(name, model_dir, config, bindings, condition == "straggler", budget_seconds,
+           progress)
+    rate = cluster.progress_rate(model_dir, batch * 2)  # train.d_steps = 2 real batches
     final = quality_runs.evaluate(model_dir, classifier_dir, eval_samples, 2 * eval_samples)
     if synchronous:
         closures = {"worker:0": final["step"], "worker:1": final["step"]}

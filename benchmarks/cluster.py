@@ -1,9 +1,10 @@
 """Cluster benchmarks: weak scaling of synchronous training, and stragglers, sync vs async.
 
 Each measurement launches a real local cluster (distribute/launcher.py), trains
-the benchmark model (gin/bench_cluster.gin) and reads the chief's
-train_result.json: `perf/images_per_sec` over the last `log_every` steps, so
-start-up and tracing are left out. Every task gets one intra- and one
+the benchmark model (gin/bench_cluster.gin) and reads what the run recorded
+(the chief's stats.jsonl and train_result.json, train/records.py): rates over
+the last `log_every` steps, or between progress records, so start-up and
+tracing are left out. Every task gets one intra- and one
 inter-op thread: on this 2-core machine each worker then has one core.
 
 scaling    images/s of 1 worker vs 2 workers under MultiWorkerMirroredStrategy,
@@ -17,12 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from typing import Callable, Dict, List, Optional
 
 from benchmarks import profile as profile_lib
+from benchmarks import straggler as straggler_lib
 from paragan_tf.distribute import launcher
+from paragan_tf.train import records
 
 CONFIG = "gin/bench_cluster.gin"
 MWMS = "strategy.kind='multi_worker_mirrored'"
@@ -30,16 +32,20 @@ PS = "strategy.kind='parameter_server'"
 
 
 def run(name: str, work_dir: str, progress: Callable[[str], None], bindings: List[str],
-        config: str = CONFIG, **launch) -> Dict[str, float]:
-    """Launches a local cluster training `config` into work_dir/name (its log beside it);
+        config: str = CONFIG, slow_task: Optional[str] = None, slow_fraction: float = 0.5,
+        **launch) -> Dict[str, float]:
+    """Launches a local cluster training `config` into work_dir/name (its log beside it),
+    `slow_task` throttled to 1 - slow_fraction of its speed (benchmarks/straggler.py);
     the chief's train_result.json. Raises RuntimeError with the log's tail on failure."""
     model_dir = os.path.join(work_dir, name)
     log_path = model_dir + ".log"
     progress(f"{name}: training (log: {log_path})")
     with open(log_path, "w") as log:
-        code = launcher.launch(launcher.LaunchConfig(
-            model_dir=model_dir, gin_files=[config], gin_bindings=bindings,
-            threads_per_task=1, **launch), stream=log, handle_signals=False)
+        code = launcher.launch(
+            launcher.LaunchConfig(model_dir=model_dir, gin_files=[config],
+                                  gin_bindings=bindings, threads_per_task=1, **launch),
+            stream=log, handle_signals=False,
+            on_started=straggler_lib.throttle(slow_task, slow_fraction) if slow_task else None)
     if code != 0:
         with open(log_path) as f:
             tail = f.read()[-3000:]
@@ -100,29 +106,15 @@ def scaling(per_worker_batch: int = 32, steps: int = 30, progress=print,
             "per_step_1": parts[1], "per_step_2": parts[2]}
 
 
-def progress_times(log_path: str, task: str, word: str) -> List[tuple]:
-    """(step, seconds) of one task's progress lines ("<word> N/M") in a launcher log, from
-    absl's timestamps."""
-    pattern = re.compile(rf"\[{re.escape(task)}\] I\d{{4}} (\d+):(\d+):([\d.]+) .* {word} "
-                         rf"(\d+)/")
-    found = []
-    with open(log_path) as f:
-        for line in f:
-            match = pattern.search(line)
-            if match:
-                h, m, s, step = match.groups()
-                found.append((int(step), int(h) * 3600 + int(m) * 60 + float(s)))
-    return found
-
-
-def progress_rate(log_path: str, task: str, word: str, images_per_step: int) -> float:
-    """Images/s from a task's first to its last progress line (start-up and tracing left
-    out)."""
-    times = progress_times(log_path, task, word)
-    if len(times) < 2:
-        raise RuntimeError(f"{log_path}: fewer than 2 progress lines of {task} to time by")
-    (s0, t0), (s1, t1) = times[0], times[-1]
-    return (s1 - s0) * images_per_step / (t1 - t0)
+def progress_rate(model_dir: str, images_per_step: int) -> float:
+    """Images/s from the run's first to its last progress record in stats.jsonl (start-up
+    and tracing left out)."""
+    logged = records.read(model_dir, "log")
+    if len(logged) < 2:
+        raise RuntimeError(f"{model_dir}: fewer than 2 progress records in "
+                           f"{records.FILE} to time by")
+    first, last = logged[0], logged[-1]
+    return (last["step"] - first["step"]) * images_per_step / (last["time"] - first["time"])
 
 
 def closures_by_task(model_dir: str) -> Dict[str, int]:
@@ -157,8 +149,7 @@ def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float 
                 [PS, f"train.batch_size={per_worker_batch}",
                  f"async_train.max_staleness={max_staleness}"]
                 + _steps(2 * steps, every), num_ps=1, **slow)
-            rates[name] = progress_rate(os.path.join(tmp, name + ".log"), "chief:0", "round",
-                                        per_worker_batch * 2)
+            rates[name] = progress_rate(os.path.join(tmp, name), per_worker_batch * 2)
             closures[name] = closures_by_task(os.path.join(tmp, name))
             progress(f"{name}: {rates[name]:.1f} images/s between its progress lines, "
                      f"closures {closures[name]}")

@@ -32,7 +32,8 @@ import numpy as np
 from PIL import Image
 import tensorflow as tf
 
-from paragan_tf.data import congestion as congestion_lib
+from benchmarks.congestion import CongestedStore
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.data import records
@@ -110,8 +111,8 @@ def _prepare(source: str, output: str, resolution: int, progress) -> dict:
 def _first_batch_seconds(name: str, data_dir: str, resolution: int, batch: int,
                          **options) -> float:
     began = time.perf_counter()
-    config = pipeline.DatasetConfig(name, data_dir, "train", resolution, "resize", False,
-                                    10_000, False, **options)
+    config = data_config.DatasetConfig(name=name, data_dir=data_dir, resolution=resolution,
+                                       fit="resize", **options)
     source = pipeline.load_source(config)
     inputs = tuning.InputConfig(prepared=source.prepared is not None)
     fn = pipeline.real_input_fn(source, config, batch, seed=0, inputs=inputs)
@@ -121,12 +122,13 @@ def _first_batch_seconds(name: str, data_dir: str, resolution: int, batch: int,
 
 def _stream_rate(data_dir: str, resolution: int, batch: int, batches: int, latency_ms: float,
                  read_parallelism: int) -> float:
-    config = pipeline.DatasetConfig("records", data_dir, "train", resolution, "resize", False,
-                                    10_000, False)
+    config = data_config.DatasetConfig(name="records", data_dir=data_dir, resolution=resolution,
+                                       fit="resize")
     source = pipeline.load_source(config)
-    inputs = tuning.InputConfig(prepared=True, read_parallelism=read_parallelism,
-                                prefetch=4, congestion=congestion_lib.Congestion(
-                                    latency_ms, latency_ms / 2, "record"))
+    inputs = tuning.InputConfig(prepared=True, read_parallelism=read_parallelism, prefetch=4,
+                                read_hook=CongestedStore(latency_ms=latency_ms,
+                                                         jitter_ms=latency_ms / 2)
+                                if latency_ms else None)
     it = iter(pipeline.real_input_fn(source, config, batch, seed=0, inputs=inputs)(
         tf.distribute.InputContext()))
     # Warm-up: the shards' opening and the first shuffle window (8 batches of records,

@@ -5,38 +5,35 @@ the strategy's replicas (eval/evaluator.py). This suite runs the quality
 experiment (gin/quality_fashion_mnist.gin) under MultiWorkerMirroredStrategy
 with 1 and then 2 workers, each pinned to its own core with one thread, for 4
 steps with an evaluation of `samples` generated images after steps 2 and 4,
-and reads the chief's log line of the second evaluation (the first one also
-embeds the real images and traces): seconds in generation and embedding (what
-the replicas share), in the whole evaluation, and in its other phases (standing
-BN statistics, real features, the host's metrics, D's logit gap).
+and reads the chief's stats.jsonl record of the second evaluation (the first
+one also embeds the real images and traces): seconds in generation and
+embedding (what the replicas share), in the whole evaluation, and in its other
+phases (standing BN statistics, real features, the host's metrics, D's logit gap).
 speedup = 1-worker seconds / 2-worker seconds.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from typing import Callable, Optional
 
 from benchmarks import cluster
 from benchmarks import quality_runs
+from paragan_tf.train import records
 
 CONFIG = "gin/quality_fashion_mnist.gin"
-_EVAL_LINE = re.compile(r"\[worker:0\] .* eval at step 4 \(([\d.]+) s; (\d+) samples generated "
-                        r"and embedded in ([\d.]+) s on (\d+) replica\(s\); ([^;]*);")
-_PHASE = re.compile(r"([a-zA-Z ]+?) ([\d.]+) s(?:, |$)")
 
 
-def _seconds(log_path: str) -> dict:
-    with open(log_path) as f:
-        found = _EVAL_LINE.findall(f.read())
+def seconds(model_dir: str, step: int = 4) -> dict:
+    """The timings of the evaluation at `step`, from the chief's stats.jsonl."""
+    found = [r for r in records.read(model_dir, "eval") if r["step"] == step]
     if not found:
-        raise RuntimeError(f"{log_path}: no evaluation at step 4 by worker:0")
-    total, samples, generating, replicas, rest = found[-1]
-    return {"eval_seconds": float(total), "generate_seconds": float(generating),
-            "samples": int(samples), "replicas": int(replicas),
-            "other_seconds": {phase: float(value) for phase, value in _PHASE.findall(rest)}}
+        raise RuntimeError(f"{model_dir}: no evaluation at step {step} in {records.FILE}")
+    phases = dict(found[-1]["phases"])
+    return {"eval_seconds": found[-1]["seconds"], "generate_seconds": phases.pop("generation"),
+            "samples": found[-1]["samples"], "replicas": found[-1]["replicas"],
+            "other_seconds": phases}
 
 
 def eval_scaling(samples: int = 10000, classifier_dir: Optional[str] = None,
@@ -59,7 +56,7 @@ def eval_scaling(samples: int = 10000, classifier_dir: Optional[str] = None,
             "train.checkpoint_every=4", "train.sample_every=4", "eval.every_steps=2",
             f"eval.classifier_path='{classifier_dir}'", f"eval.num_samples={samples}",
             "eval.num_real=10000"], config=config, num_workers=workers, cores_per_task=1)
-        result[name] = _seconds(os.path.join(work_dir, name + ".log"))
+        result[name] = seconds(os.path.join(work_dir, name))
         progress(f"{workers} worker(s): {result[name]}")
     one, two = result["workers_1"], result["workers_2"]
     result["generate_speedup"] = one["generate_seconds"] / two["generate_seconds"]

@@ -25,16 +25,19 @@ cpu      the same files at 512x512 and no sleep at all: decode on the two
          the tuner has nothing to win on a store whose only cost is CPU.
 
 sequential  shards read one after another, sequential decode, no prefetch
-            (input_pipeline.mode='naive');
+            (`baseline_input(parallel=False)`, here: a strawman, not the product);
 autotune    the pipeline a competent user writes from the tf.data performance
             guide: interleave and map with num_parallel_calls=AUTOTUNE (the
             interleave's cycle length tf.data's default, one per CPU),
-            prefetch AUTOTUNE, nothing of ours (mode='autotune');
-aware       ours: parallel interleave of `read_parallelism` shards, AUTOTUNE
-            decode, prefetch, and the InputTuner of the trainer doubling read
-            parallelism and prefetch after every window whose stall exceeds
-            its target, rebuilding the iterator, exactly as bin/train.py does
-            at log boundaries (mode='aware').
+            prefetch AUTOTUNE, nothing of ours (`baseline_input(parallel=True)`);
+aware       ours (data/pipeline.py): parallel interleave of `read_parallelism`
+            shards, AUTOTUNE decode, prefetch, and the InputTuner of the trainer
+            doubling read parallelism and prefetch after every window whose stall
+            exceeds its target, rebuilding the iterator, exactly as bin/train.py
+            does at log boundaries.
+
+The slow stores are benchmarks/congestion.py's CongestedStore, handed to every
+pipeline as its read hook (the product's seam: `input_pipeline.read_hook`).
 
 Each pipeline reports the stall of its last window (the steady state; the
 sequential one never changes, so it gets one window after start-up) and the
@@ -47,11 +50,12 @@ import dataclasses
 import os
 import tempfile
 import time
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from paragan_tf.data import congestion as congestion_lib
+from benchmarks.congestion import CongestedStore
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
@@ -83,7 +87,8 @@ def _compute_step(target_ms: float) -> Callable[[tf.Tensor], None]:
 
 
 def _windows(make_iterator, compute, tuner, windows: int, window_steps: int,
-             progress, label: str) -> List[dict]:
+             progress, label: str, settings: str) -> List[dict]:
+    """Stall per window; `tuner` (ours only, else None) may rebuild the iterator after each."""
     trace, generation = [], 0
     iterator = make_iterator(generation)
     next(iterator)  # pipeline start-up (thread pools, first shard opens) is not a step
@@ -99,24 +104,48 @@ def _windows(make_iterator, compute, tuner, windows: int, window_steps: int,
         stall = wait / (wait + busy)
         entry = dict(window=w, stall_frac=stall, compute_ms=1000 * busy / window_steps,
                      wait_ms=1000 * wait / window_steps)
-        # An aware pipeline over a store without declared congestion is the plain one.
-        settings = {"naive": "sequential reads, no prefetch"}.get(
-            tuner.config.mode, "tf.data AUTOTUNE, no tuner")
-        if tuner.config.tuned:
+        if tuner is not None and tuner.config.tuned:
             entry.update(dataclasses.asdict(tuner.tuning))
             settings = (f"read parallelism {tuner.tuning.read_parallelism}, "
                         f"prefetch {tuner.tuning.prefetch}")
         trace.append(entry)
         progress(f"{label} window {w}: stall {100 * stall:.1f}% ({settings})")
-        if tuner.observe(stall):
+        if tuner is not None and tuner.observe(stall):
             generation += 1
             iterator = make_iterator(generation)
             next(iterator)
     return trace
 
 
-# pipeline name in the JSON -> input_pipeline.mode
-PIPELINES = {"sequential": "naive", "autotune": "autotune", "aware": "aware"}
+def baseline_input(source: datasets.Source, data: data_config.DatasetConfig, batch: int,
+                   seed: int, store: Optional[CongestedStore], parallel: bool
+                   ) -> tf.data.Dataset:
+    """A strawman pipeline over the same shards as ours: `sequential` (parallel=False: one
+    shard after another, sequential decode, no prefetch) or tf.data's AUTOTUNE alone."""
+    num_shards = tuning.InputConfig().num_shards
+    auto = tf.data.AUTOTUNE if parallel else None
+    shards = tf.data.Dataset.range(num_shards).shuffle(
+        num_shards, seed=seed, reshuffle_each_iteration=True).repeat()
+
+    def read(shard):
+        records = source.shard(data.split, num_shards, shard, parallel=auto)
+        return store(records, shard) if store else records
+    ds = (shards.interleave(read, num_parallel_calls=tf.data.AUTOTUNE) if parallel
+          else shards.flat_map(read))
+    ds = ds.map(lambda image, label: (pipeline.fit_image(image, data.resolution, data.fit),
+                                      label), num_parallel_calls=auto)
+    ds = ds.shuffle(min(data.shuffle_buffer, 8 * batch), seed=seed)
+    ds = ds.batch(batch, drop_remainder=True)
+    if parallel:
+        return ds.prefetch(tf.data.AUTOTUNE)
+    # Nothing read ahead: tf.data would otherwise add a prefetch of its own at the end
+    # (inject_prefetch), which banks batches while the step is traced.
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    return ds.with_options(options)
+
+
+PIPELINES = ("sequential", "autotune", "aware")
 
 
 def _jpeg_folder(source: datasets.Source, root: str, size: int, progress) -> None:
@@ -136,20 +165,31 @@ def _jpeg_folder(source: datasets.Source, root: str, size: int, progress) -> Non
             f.write(encode(image).numpy())
 
 
-def _compare(source: datasets.Source, data: pipeline.DatasetConfig,
-             congestion: congestion_lib.Congestion, compute, batch: int, windows: int,
-             window_steps: int, progress, label: str) -> dict:
-    result = {"injected": dataclasses.asdict(congestion)}
-    for name, mode in PIPELINES.items():
-        inputs = dataclasses.replace(tuning.InputConfig(), mode=mode, congestion=congestion)
-        tuner = tuning.InputTuner(inputs)
+def _compare(source: datasets.Source, data: data_config.DatasetConfig,
+             store: CongestedStore, compute, batch: int, windows: int, window_steps: int,
+             progress, label: str) -> dict:
+    result = {"injected": dataclasses.asdict(store)}
+    # A store with no latency is read as the product reads fast data (no hook, no tuner).
+    hook = store if store.latency_ms or store.jitter_ms else None
+    for name in PIPELINES:
+        if name == "aware":
+            inputs = tuning.InputConfig(read_hook=hook)
+            tuner = tuning.InputTuner(inputs)
 
-        def make_iterator(generation, inputs=inputs, tuner=tuner):
-            fn = pipeline.real_input_fn(source, data, batch, seed=generation, inputs=inputs,
-                                        tuning=tuner.tuning)
-            return iter(fn(tf.distribute.InputContext()))
+            def make_iterator(generation, inputs=inputs, tuner=tuner):
+                fn = pipeline.real_input_fn(source, data, batch, seed=generation,
+                                            inputs=inputs, tuning=tuner.tuning)
+                return iter(fn(tf.distribute.InputContext()))
+            settings = "tf.data AUTOTUNE, no tuner"
+        else:
+            tuner = None
+
+            def make_iterator(generation, parallel=name == "autotune"):
+                return iter(baseline_input(source, data, batch, generation, hook, parallel))
+            settings = ("tf.data AUTOTUNE" if name == "autotune" else
+                        "sequential reads, no prefetch")
         trace = _windows(make_iterator, compute, tuner, 2 if name == "sequential" else windows,
-                         window_steps, progress, f"{label} {name}")
+                         window_steps, progress, f"{label} {name}", settings)
         result[f"{name}_stall_frac"] = trace[-1]["stall_frac"]
         result[f"{name}_trace"] = trace
     return result
@@ -165,12 +205,13 @@ def input_suite(latency_ms: float = 10.0, jitter_ms: float = 5.0, batch: int = 6
     mnist = datasets.get_source("mnist5k")
     compute = _compute_step(compute_ms)
     result = {"suite": "input", "dataset": "mnist5k", "batch": batch,
-              "pipelines": {name: f"input_pipeline.mode={mode!r}"
-                            for name, mode in PIPELINES.items()}}
+              "pipelines": {"sequential": "benchmarks/input.py baseline_input(parallel=False)",
+                            "autotune": "benchmarks/input.py baseline_input(parallel=True)",
+                            "aware": "data/pipeline.py real_input_fn with its tuner"}}
     if "latency" in models:
-        data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "pad", False, 10_000, False)
+        data = data_config.DatasetConfig(name="mnist5k", resolution=32, fit="pad")
         result["latency"] = _compare(
-            mnist, data, congestion_lib.Congestion(latency_ms, jitter_ms, "record"), compute,
+            mnist, data, CongestedStore(latency_ms=latency_ms, jitter_ms=jitter_ms), compute,
             batch, windows, window_steps, progress, "latency")
         result["latency"]["store"] = "mnist5k in memory, a sleep per record (costs no CPU)"
     for name, size, latency, jitter in (("decode", decode_size, decode_latency_ms,
@@ -180,10 +221,10 @@ def input_suite(latency_ms: float = 10.0, jitter_ms: float = 5.0, batch: int = 6
         with tempfile.TemporaryDirectory(prefix="paragan_jpeg_") as root:
             _jpeg_folder(mnist, root, size, progress)
             files = datasets.get_source("image_folder", data_dir=root, channels=3)
-            data = pipeline.DatasetConfig("image_folder", root, "train", 32, "resize", False,
-                                          10_000, False)
+            data = data_config.DatasetConfig(name="image_folder", data_dir=root, resolution=32,
+                                             fit="resize")
             result[name] = _compare(
-                files, data, congestion_lib.Congestion(latency, jitter, "record"),
+                files, data, CongestedStore(latency_ms=latency, jitter_ms=jitter),
                 compute, batch, windows, window_steps, progress, name)
         result[name]["store"] = (f"mnist5k as {size}x{size} RGB JPEG files, "
                                  + ("a sleep per record, then " if latency else "no sleep: ")

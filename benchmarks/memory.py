@@ -4,7 +4,7 @@ For 128, 256, 512 and 1024 px (narrow widths on a CPU, stated in the JSON), at
 per-replica batch 1 and 2, with and without recompute: TensorFlow's allocator
 peak (`tf.config.experimental.get_memory_info`, which the CPU allocator keeps
 with oneDNN on) over one step after a warm-up step, and the estimate of
-paragan_tf/memory.py for the same models. Each resolution runs in its own
+paragan_tf/scale/memory.py for the same models. Each resolution runs in its own
 process so the allocator holds only that resolution's models.
 """
 
@@ -31,8 +31,8 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import tf_keras as keras  # pylint: disable=import-outside-toplevel
 
-    from paragan_tf import losses  # pylint: disable=import-outside-toplevel
-    from paragan_tf import memory  # pylint: disable=import-outside-toplevel
+    from paragan_tf.objective import losses  # pylint: disable=import-outside-toplevel
+    from paragan_tf.scale import memory  # pylint: disable=import-outside-toplevel
     from paragan_tf.models import biggan  # pylint: disable=import-outside-toplevel
     from paragan_tf.train import step as step_lib  # pylint: disable=import-outside-toplevel
 

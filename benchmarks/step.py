@@ -1,9 +1,9 @@
 """The training-step benchmark: seconds per step per layout, FLOP rates, and the machine's peaks.
 
-For each layout (gin/layouts/<name>.gin on top of the experiment) the real
-training function of bin/train.py (loop.make_loop_fn: the per-replica step
-under the strategy, one step per call) runs `warmup` steps, then `steps`
-timed ones; the median is reported. The input comes from the experiment's own
+For each layout (gin/layouts/<name>.gin on top of the experiment) the trainer
+of bin/train.py (loop.SyncTrainer: the per-replica step under the strategy,
+one step per `train(1)` call) runs `warmup` steps, then `steps` timed ones; the
+median is reported. The input comes from the experiment's own
 pipeline (in-memory data, cached: its wait is reported, not hidden); when the
 experiment's data is not on this machine (CIFAR-10 cannot be downloaded here)
 a synthetic source of the same shape stands in, and the JSON says so.
@@ -38,7 +38,7 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from paragan_tf import config as config_lib
+from paragan_tf.train import experiment
 from paragan_tf import layout as layout_lib
 from benchmarks import machine
 from benchmarks import profile as profile_lib
@@ -169,7 +169,7 @@ def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
 
 def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object, str]:
     files = [gin_file, f"gin/layouts/{layout}.gin"]
-    config_lib.parse(files, bindings)
+    experiment.parse(files, bindings)
     exp = experiment_lib.build(check_data=False)
     try:
         exp.source.check()
@@ -177,7 +177,7 @@ def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object,
     except ConfigError as e:
         missing = str(e).splitlines()[0]
     # Same shapes, stand-in pixels: the step's compute does not depend on them.
-    config_lib.parse(files, list(bindings) + ["dataset.name = 'synthetic'"])
+    experiment.parse(files, list(bindings) + ["dataset.name = 'synthetic'"])
     return experiment_lib.build(), f"synthetic stand-in ({missing})"
 
 
@@ -186,28 +186,26 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
     """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin."""
     exp, data = _build(gin_file, layout, bindings)
     cfg = exp.config
-    real_it = loop_lib.real_batches(exp, cfg.seed)
-    noise_it = loop_lib.noise_batches(exp, cfg.seed)
-    loop = loop_lib.make_loop_fn(exp, loop_lib.make_gan_step(exp))
-    one = tf.constant(1, tf.int64)
+    trainer = loop_lib.SyncTrainer(exp)
     times, waits = [], []
     for i in range(warmup + steps):
         start = time.perf_counter()
-        metrics, wait = loop(real_it, noise_it, one)
-        losses = {k: float(v) for k, v in metrics.items() if k.startswith("loss/")}
+        metrics = trainer.train(1).metrics
+        losses = {k: v for k, v in metrics.items() if k.startswith("loss/")}
+        wait = metrics["perf/input_wait_seconds"]
         elapsed = time.perf_counter() - start
         progress(f"{layout}: step {i + 1}/{warmup + steps} {elapsed:.2f} s"
                  + (" (warm-up)" if i < warmup else ""))
         if i >= warmup:
             times.append(elapsed)
-            waits.append(float(wait))
+            waits.append(wait)
     sec = statistics.median(times)
     profile = None
     if profile_dir:  # two more steps under tf.profiler: where the time goes
         logdir = os.path.join(profile_dir, layout)
         tf.profiler.experimental.start(logdir)
         for _ in range(2):
-            float(loop(real_it, noise_it, one)[0]["loss/D"])
+            trainer.train(1)
         tf.profiler.experimental.stop()
         profile = dict(logdir=logdir,
                        op_time_share=profile_lib.shares(profile_lib.op_seconds(logdir)))
@@ -220,6 +218,7 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
         achieved_gflops=flops["train_step_flops"] / sec / 1e9,
         layout=exp.layout.as_dict(), last_losses=losses, data=data,
         strategy=type(exp.strategy).__name__, profile=profile, **flops)
+    trainer.close()
     return result
 
 

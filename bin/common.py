@@ -14,9 +14,9 @@ from absl import flags  # noqa: E402  pylint: disable=wrong-import-position
 from absl import logging  # noqa: E402  pylint: disable=wrong-import-position
 
 import paragan_tf  # noqa: F401  (pins tf-keras before TensorFlow loads)
-from paragan_tf import config as config_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import model_dir as model_dir_lib
+from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
 # Run by exit_now before the process ends (exit_now skips Python's atexit handlers).
@@ -42,7 +42,8 @@ def before_exit(fn: Callable[[], None]) -> None:
 
 
 def parse_gin(finalize: bool = True) -> None:
-    config_lib.parse(FLAGS.gin_file, FLAGS.gin_bindings, finalize=finalize)
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    experiment.parse(FLAGS.gin_file, FLAGS.gin_bindings, finalize=finalize)
 
 
 def restore_run(run_dir: str, checkpoint: Optional[str] = None):
@@ -58,7 +59,7 @@ def restore_run(run_dir: str, checkpoint: Optional[str] = None):
     operative = os.path.join(run_dir, "operative_config.gin")
     if not os.path.exists(operative):
         fail(f"{run_dir} has no operative_config.gin; is it a bin/train.py --model_dir?")
-    config_lib.parse([operative] + FLAGS.gin_file,
+    experiment.parse([operative] + FLAGS.gin_file,
                      ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings, finalize=False)
     exp = experiment.build(check_data=False)
     from paragan_tf.data import class_list  # pylint: disable=import-outside-toplevel
@@ -79,12 +80,11 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def exit_now(code: int) -> NoReturn:
-    """Flushes our output, then exits without running TensorFlow's destructors.
+    """Runs the before-exit functions, then ends without TensorFlow's destructors.
 
-    Called once the checkpoint and summaries are written. Tearing down tf.data
-    iterators can block for up to 60 s (TensorFlow's MultiDeviceIterator joins an
-    autotune thread; see train/controller.py PARKED); a preempted job has a short
-    grace period, so we do not wait.
+    Called once the checkpoint and summaries are written: tearing down tf.data
+    iterators can block for a minute (paragan_tf/train/teardown.py says why), and a
+    preempted job has a short grace period.
     """
     while _BEFORE_EXIT:
         _BEFORE_EXIT.pop()()
@@ -92,7 +92,7 @@ def exit_now(code: int) -> NoReturn:
     sys.stdout.flush()
     sys.stderr.flush()
     quiet_startup.drain()
-    os._exit(code)  # pylint: disable=protected-access
+    teardown.exit_now(code)
 
 
 def absl_main(body: Callable[[], int]) -> Callable[[list], int]:

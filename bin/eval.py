@@ -32,9 +32,9 @@ from absl import logging
 
 import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
 import tensorflow as tf
-from paragan_tf import config as config_lib
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
+from paragan_tf.train import experiment
 from paragan_tf.train import model_dir as model_dir_lib
 
 FLAGS = flags.FLAGS
@@ -66,13 +66,12 @@ def _wait_for_first_checkpoint(model_dir: str) -> None:
 
 def _write_stats(path: str) -> None:
     """The real images' statistics of the run (or of --gin_file's experiment) into `path`."""
-    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
     files = list(FLAGS.gin_file)
     if FLAGS.model_dir:
         files.insert(0, os.path.join(common.model_dir(), "operative_config.gin"))
     if not files:
         common.fail("--write_stats needs --model_dir (a run) or --gin_file (an experiment)")
-    config_lib.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
+    experiment.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
                      ["eval.reference_stats = None"], finalize=False)
     path = model_dir_lib.resolve(path)
     evaluator = evaluator_lib.Evaluator(experiment.build(check_data=False),

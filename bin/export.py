@@ -4,7 +4,7 @@
     python bin/export.py --model_dir=runs/quality/run --checkpoint=runs/x/eval/best/ckpt-400
 
 The generator gets standing BN statistics first (as for sample grids), then is
-written with paragan_tf/export.py; load it anywhere with TensorFlow alone:
+written with paragan_tf/generate/export.py; load it anywhere with TensorFlow alone:
 `tf.saved_model.load(path).signatures["serving_default"](z=..., labels=...)`.
 """
 
@@ -17,8 +17,8 @@ from absl import flags
 from absl import logging
 
 import common
-from paragan_tf import export
-from paragan_tf import sampling
+from paragan_tf.generate import export
+from paragan_tf.generate import sampling
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()

@@ -24,6 +24,8 @@ from absl import flags
 
 import paragan_tf  # noqa: F401  (pins tf-keras for the children's environment)
 from paragan_tf.distribute import launcher
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import model_dir as model_dir_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "cluster", ["cluster", "per_class"],
@@ -41,9 +43,6 @@ flags.DEFINE_integer("threads_per_task", 0,
                      "among the compute tasks).")
 flags.DEFINE_integer("max_restarts", 3, "Restarts of each dying parameter-server worker.")
 flags.DEFINE_float("grace_secs", 60.0, "After Ctrl-C/SIGTERM, how long tasks get to checkpoint.")
-flags.DEFINE_string("slow_task", None, "Rehearse a straggler: this task (e.g. worker:1) is "
-                    "paused part of the time, see --slow_fraction.")
-flags.DEFINE_float("slow_fraction", 0.5, "Share of wall time the --slow_task is paused.")
 flags.DEFINE_integer("cores_per_task", 0, "Pin training task i to cores [i*n, (i+1)*n) "
                      "(no parameter servers; 0: no pinning).")
 
@@ -53,12 +52,17 @@ def main(argv):
         sys.exit(f"launch_local.py: error: unexpected arguments {argv[1:]}")
     if not FLAGS.model_dir:
         sys.exit("launch_local.py: error: --model_dir is required")
+    try:
+        # Every task runs from the repository root: the folder the user typed, resolved
+        # here, where it was typed.
+        model_dir = model_dir_lib.resolve(FLAGS.model_dir)
+    except ConfigError as e:
+        sys.exit(f"launch_local.py: error: {e}")
     config = launcher.LaunchConfig(
-        model_dir=FLAGS.model_dir, gin_files=FLAGS.gin_file, gin_bindings=FLAGS.gin_bindings,
+        model_dir=model_dir, gin_files=FLAGS.gin_file, gin_bindings=FLAGS.gin_bindings,
         mode=FLAGS.mode, num_workers=FLAGS.num_workers, num_ps=FLAGS.num_ps, chief=FLAGS.chief,
         num_groups=FLAGS.num_groups, threads_per_task=FLAGS.threads_per_task,
         max_restarts=FLAGS.max_restarts, grace_secs=FLAGS.grace_secs,
-        slow_task=FLAGS.slow_task, slow_fraction=FLAGS.slow_fraction,
         cores_per_task=FLAGS.cores_per_task)
     try:
         return launcher.launch(config)

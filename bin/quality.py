@@ -31,10 +31,11 @@ from absl import flags
 from absl import logging
 
 import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
-from paragan_tf import config as config_lib
+from paragan_tf.data import config as data_config
 from paragan_tf.data import pipeline
 from paragan_tf.eval import classifier
 from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.eval import history as history_lib
 from paragan_tf.eval import inception
 from paragan_tf.eval import metrics as metrics_lib
 from paragan_tf.eval import reference_stats
@@ -55,7 +56,7 @@ TARGETS = dict(classifier_test_accuracy=0.90, conditional_accuracy=0.85, fcd_rat
 
 def _classifier(path: str) -> dict:
     """The classifier at `path` for the configured dataset, trained first if absent."""
-    data = pipeline.dataset_config()
+    data = data_config.DatasetConfig()
     if os.path.exists(os.path.join(path, classifier.INFO_FILE)):
         info = classifier.load_info(path)
         if (info["dataset"], info["resolution"]) == (data.name, data.resolution):
@@ -97,7 +98,7 @@ class _Fid:
 
     @staticmethod
     def evaluated(out: str, step: int) -> bool:
-        path = os.path.join(out, "fid", evaluator_lib.METRICS_FILE)
+        path = os.path.join(out, "fid", history_lib.METRICS_FILE)
         if not os.path.exists(path):
             return False
         with open(path) as f:
@@ -114,7 +115,7 @@ def _main() -> int:
     out = model_dir_lib.resolve(FLAGS.output_dir)
     classifier_dir, run_dir = os.path.join(out, "classifier"), os.path.join(out, "run")
     bindings = FLAGS.gin_bindings + [f"eval.classifier_path = '{classifier_dir}'"]
-    config_lib.parse(FLAGS.gin_file, bindings, finalize=False)
+    experiment.parse(FLAGS.gin_file, bindings, finalize=False)
     info = _classifier(classifier_dir)
     exp = experiment.build()
     evaluator = evaluator_lib.Evaluator(exp, run_dir)
@@ -133,7 +134,7 @@ def _main() -> int:
     fid_start = fid.at(0) if fid else None
     result = loop.train(exp, run_dir)
     steps = int(result["step"])
-    with open(os.path.join(run_dir, evaluator_lib.METRICS_FILE)) as f:
+    with open(os.path.join(run_dir, history_lib.METRICS_FILE)) as f:
         end = json.load(f)
     final = max(end["evaluations"], key=lambda e: e["step"])
     if final["step"] != steps:  # eval.every_steps = 0: the loop did not evaluate the end

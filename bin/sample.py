@@ -28,8 +28,8 @@ from absl import logging
 import numpy as np
 
 import common
-from paragan_tf import images
-from paragan_tf import sampling
+from paragan_tf.generate import images
+from paragan_tf.generate import sampling
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()

@@ -19,7 +19,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -29,8 +28,9 @@ from absl import app
 from absl import flags
 
 import common
-from paragan_tf import sweep as sweep_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import records
+from paragan_tf.train import sweep as sweep_lib
 
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -91,12 +91,9 @@ def write_hparams(runs, root: str) -> None:
 
 
 def _last_step(run) -> str:
-    try:
-        with open(os.path.join(run.model_dir, "train.log"), errors="replace") as f:
-            steps = re.findall(r"step (\d+/\d+)", f.read()[-20000:])
-        return steps[-1] if steps else "starting"
-    except OSError:
-        return "starting"
+    """`step/total` of the run's newest progress record (stats.jsonl), or 'starting'."""
+    logged = records.read(run.model_dir, "log")
+    return f"{logged[-1]['step']}/{logged[-1]['total_steps']}" if logged else "starting"
 
 
 def run_local(runs, parallel: int, python: str) -> int:

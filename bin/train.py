@@ -25,7 +25,6 @@ from absl import logging
 import common
 import tensorflow as tf
 
-from paragan_tf import config as config_lib
 from paragan_tf.distribute import cluster
 from paragan_tf.distribute import server
 from paragan_tf.errors import Diverged
@@ -46,15 +45,16 @@ def _main() -> int:
     common.parse_gin()
     model_dir = None if FLAGS.dry_run else common.model_dir(
         "where checkpoints and summaries go")
-    if not FLAGS.dry_run and server.serve_if_server_task():
+    if not FLAGS.dry_run and server.serve_if_server_task(*experiment.Settings.read_cluster()):
         return 0
+    settings = experiment.Settings.read()
     if not FLAGS.dry_run:  # before any work: the folder, and nobody else training in it
         model_dir_lib.check(model_dir)
-        if cluster.writes_model_dir(config_lib.bound("strategy.kind", "one_device")):
+        if cluster.writes_model_dir(settings.strategy.kind, settings.cluster):
             # Released (its record cleared) on every exit through common.exit_now; the
             # kernel releases a killed process's flock, and the next run names that pid.
             common.before_exit(model_dir_lib.Lock(model_dir).acquire().release)
-    exp = experiment.build(check_data=not FLAGS.dry_run)
+    exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
         facts["memory"] = experiment.memory_plan(exp, FLAGS.memory_gib)
@@ -76,7 +76,7 @@ def _main() -> int:
                     f"{str(e).strip().splitlines()[0][:200]}); free space and relaunch to "
                     f"resume from the newest checkpoint", code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
-    common.exit_now(0)  # not through the input iterators' destructors: controller.PARKED
+    common.exit_now(0)  # not through the input iterators' destructors: train/teardown.py
 
 
 if __name__ == "__main__":

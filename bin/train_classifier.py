@@ -19,6 +19,7 @@ from absl import flags
 from absl import logging
 
 import common
+from paragan_tf.data import config as data_config
 from paragan_tf.data import pipeline
 from paragan_tf.eval import classifier
 
@@ -34,7 +35,7 @@ def _main() -> int:
     if not FLAGS.output:
         common.fail("--output is required (the classifier's directory)")
     common.parse_gin(finalize=False)
-    data = pipeline.dataset_config()
+    data = data_config.DatasetConfig()
     source = pipeline.load_source(data)
     model, info = classifier.train(source, data, FLAGS.epochs, FLAGS.batch_size,
                                    progress=logging.info)

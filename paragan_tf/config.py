@@ -1,7 +1,8 @@
-"""Gin parsing for the binaries: search path, parse, freeze.
+"""Gin parsing: search path, parse, freeze, errors in one line.
 
-Importing this module imports every configurable, so a binding that names
-something unknown is an error at parse time, not a silent no-op.
+Call it through train/experiment.py's `parse`, which imports every configurable
+first, so a binding that names something unknown is an error at parse time,
+not a silent no-op.
 """
 
 from __future__ import annotations
@@ -12,15 +13,7 @@ from typing import Sequence
 
 import gin
 
-from paragan_tf import layout  # noqa: F401  (registers configurables)
-from paragan_tf import losses  # noqa: F401
-from paragan_tf.data import pipeline  # noqa: F401
-from paragan_tf.distribute import strategy  # noqa: F401
 from paragan_tf.errors import ConfigError
-from paragan_tf.eval import evaluator  # noqa: F401
-from paragan_tf.models import biggan  # noqa: F401
-from paragan_tf.train import config  # noqa: F401
-from paragan_tf.train import optimizers  # noqa: F401
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -67,11 +60,3 @@ def _one_line(error: Exception) -> str:
     return lines[0] + (f" ({where[0]}: {lines[lines.index(where[0]) + 1]})"
                        if where and lines.index(where[0]) + 1 < len(lines) else
                        f" ({where[0]})" if where else "")
-
-
-def bound(name: str, default=None):
-    """The value the parsed gin config binds to `name` ('scope.parameter'), else `default`."""
-    try:
-        return gin.query_parameter(name)
-    except ValueError:  # not bound: the default applies
-        return default

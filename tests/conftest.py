@@ -62,10 +62,10 @@ def clean_gin():
 @pytest.fixture
 def tiny_gin():
     """Parses gin/tiny.gin plus extra bindings (unfinalised, so tests may add more)."""
-    from paragan_tf import config as config_lib
+    from paragan_tf.train import experiment
 
     def parse(*bindings):
-        config_lib.parse(["gin/tiny.gin"], list(bindings), finalize=False)
+        experiment.parse(["gin/tiny.gin"], list(bindings), finalize=False)
     return parse
 
 
@@ -97,7 +97,8 @@ def mnist_classifier(tmp_path_factory):
     Trained once per test run: the first xdist worker to get here trains it under a
     file lock in the run's directory, the others load it (read-only for every test).
     """
-    from paragan_tf.data import datasets, pipeline
+    from paragan_tf.data import config as data_config
+    from paragan_tf.data import datasets
     from paragan_tf.eval import classifier
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -106,8 +107,7 @@ def mnist_classifier(tmp_path_factory):
     with open(str(root / "mnist5k_classifier.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not os.path.exists(os.path.join(path, classifier.INFO_FILE)):
-            data = pipeline.DatasetConfig("mnist5k", None, "train", 32, "auto", False, 100,
-                                          False)
+            data = data_config.DatasetConfig(name="mnist5k", shuffle_buffer=100)
             model, info = classifier.train(datasets.get_source("mnist5k"), data, epochs=2,
                                            progress=lambda m: None)
             classifier.save(model, path, info)

@@ -22,20 +22,18 @@ import paragan_tf  # noqa: F401  (pins tf-keras first)
 import tensorflow as tf
 from tensorflow.python.data.experimental.ops import testing as tf_data_testing
 
-from paragan_tf import config as config_lib
-from paragan_tf.train import async_loop
-from paragan_tf.train import config as train_config
+from paragan_tf.train import async_closures
 from paragan_tf.train import experiment
 
 
 def main(delay: float) -> None:
-    config_lib.parse(["gin/tiny.gin"], ["strategy.kind='parameter_server'",
+    experiment.parse(["gin/tiny.gin"], ["strategy.kind='parameter_server'",
                                         "async_train.mode='sample_buffer'",
                                         "async_train.buffer_depth=2"])
     exp = experiment.build()
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(exp.strategy)
-    closures = async_loop._Closures(  # pylint: disable=protected-access
-        exp, coordinator, 0, train_config.async_config())
+    closures = async_closures.Closures(
+        exp, coordinator, 0, exp.settings.async_train)
     closures.fill_buffer()
 
     @tf.function(autograph=False)

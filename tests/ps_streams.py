@@ -23,6 +23,7 @@ import paragan_tf  # noqa: F401  (pins tf-keras first)
 
 import tensorflow as tf
 
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.distribute import cluster
@@ -43,9 +44,7 @@ def main(batches: int) -> None:
         tf.distribute.cluster_resolver.TFConfigClusterResolver())
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     source = datasets.get_source("mnist5k")
-    config = pipeline.DatasetConfig(name="mnist5k", data_dir=None, split="train",
-                                    resolution=32, fit="auto", random_flip=False,
-                                    shuffle_buffer=source.num_examples, download=False)
+    config = data_config.DatasetConfig(name="mnist5k", shuffle_buffer=source.num_examples)
     report, first_build = {}, None
     for scheme in ("worker_seed", "rebuilt", "pid_offset"):
         if scheme != "pid_offset":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -17,7 +18,6 @@ from conftest import PYTHON, REPO
 from paragan_tf.distribute import launcher
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import async_loop
-from paragan_tf.train import config as train_config
 from paragan_tf.train import experiment
 
 pytestmark = pytest.mark.slow
@@ -98,7 +98,7 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
         gin.clear_config()
         tiny_gin(*bindings)
         exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-        async_loop.check_settings(exp, train_config.async_config())
+        async_loop.check_settings(exp, exp.settings.async_train)
 
     for binding, name in (("train.simultaneous = True", "train.simultaneous=True"),
                           ("train.profile_steps = 2", "train.profile_steps=2"),
@@ -117,11 +117,13 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
     gin.clear_config()
     tiny_gin()
     exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-    gin.clear_config()  # bound, not built: train.deterministic would switch on op determinism
+    gin.clear_config()  # read, not built: train.deterministic would switch on op determinism
     tiny_gin("train.resume_input = 'reshuffle'", "train.deterministic = True",
              "async_train.mode = 'sample_buffer'", "async_train.max_staleness = 3")
+    settings = experiment.Settings.read()
+    exp = dataclasses.replace(exp, settings=settings, config=settings.train)
     with caplog.at_level("WARNING", logger="absl"):
-        async_loop.check_settings(exp, train_config.async_config())
+        async_loop.check_settings(exp, settings.async_train)
     warned = " ".join(r.getMessage() for r in caplog.records)
     for name in ("train.steps_per_loop=2", "train.resume_input='reshuffle'",
                  "train.deterministic=True", "async_train.max_staleness=3"):

@@ -10,17 +10,16 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.data import class_groups
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
+from paragan_tf.data import tuning
 from paragan_tf.errors import ConfigError
 from tiny_tfds import TinyDigits
 
 
 def _config(**kw):
-    base = dict(name="mnist5k", data_dir=None, split="train", resolution=32, fit="auto",
-                random_flip=False, shuffle_buffer=100, download=False)
-    base.update(kw)
-    return pipeline.DatasetConfig(**base)
+    return data_config.DatasetConfig(**dict(dict(name="mnist5k", shuffle_buffer=100), **kw))
 
 
 def _first(input_fn, pipelines=1, pipeline_id=0, replicas=1):
@@ -155,11 +154,11 @@ def test_noise_is_a_function_of_example_index_not_of_the_batch_split():
 
 def test_bad_dataset_options_are_config_errors():
     with pytest.raises(ConfigError, match="dataset.fit"):
-        pipeline.dataset_config(fit="stretch")
+        data_config.DatasetConfig(fit="stretch")
     with pytest.raises(ConfigError, match="dataset.split='test'"):
         datasets.get_source("mnist5k").make("test")
     with pytest.raises(ConfigError, match="dataset.scan_images=.*must be"):
-        pipeline.dataset_config(scan_images="sometimes")
+        data_config.DatasetConfig(scan_images="sometimes")
     with pytest.raises(ConfigError, match="apply to image_folder only, not to mnist5k"):
         pipeline.load_source(_config(scan_images="lazy"), check=False)
     with pytest.raises(ConfigError, match="apply to image_folder only, not to mnist5k"):
@@ -298,8 +297,9 @@ def test_a_per_class_limit_trains_on_the_first_examples_of_each_class_in_every_p
                     _first(pipeline.real_input_fn(folder, folder_config, 4, seed=0))[0])
     assert values == first_two and len(set(first_two)) == 4
     with pytest.raises(ConfigError, match="dataset.per_class_limit=-1 must be >= 0"):
-        pipeline.dataset_config(per_class_limit=-1)
+        data_config.DatasetConfig(per_class_limit=-1)
     with pytest.raises(ConfigError, match="dataset.per_class_limit is not supported with "
-                                          "shard-by-shard reads .input_pipeline.mode='naive'"):
+                                          "shard-by-shard reads .input_pipeline.read_hook"):
         pipeline.real_input_fn(source, config, 10, seed=0,
-                               inputs=pipeline.InputConfig(mode="naive"))
+                               inputs=tuning.InputConfig(read_hook=lambda records, shard:
+                                                         records))

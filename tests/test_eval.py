@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import PYTHON, declared_for, mirrored_2, run_binary
-from paragan_tf import export
+from paragan_tf.generate import export
 from paragan_tf.data import datasets
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import classifier
@@ -21,6 +21,7 @@ from paragan_tf.eval import features
 from paragan_tf.eval import metrics
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
+from paragan_tf.train import records
 
 
 def _activations(n=300, d=16, shift=0.0, seed=0):
@@ -138,9 +139,7 @@ def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,
     assert saved["best"]["step"] == best["step"]
 
 
-def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mnist_classifier,
-                                                          caplog):
-    from benchmarks import eval_scaling
+def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mnist_classifier):
     path, _ = mnist_classifier
     results, timings = [], []
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), mirrored_2()):
@@ -152,22 +151,16 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
         out_dir = str(tmp_path / str(strategy.num_replicas_in_sync))
         evaluator = evaluator_lib.Evaluator(exp, out_dir)
         results.append(evaluator.evaluate(0))
-        caplog.clear()
-        with caplog.at_level("INFO", logger="absl"):
-            again = evaluator.evaluate(4)  # the traced steps and iterators are reused
+        again = evaluator.evaluate(4)  # the traced steps and iterators are reused
         # The kept iterators read the same pass again: the same weights, the same values.
         assert again == pytest.approx(results[-1], rel=1e-6, abs=1e-9)
-        # The line benchmarks/eval_scaling.py reads from a worker's log.
-        line = next(r.getMessage() for r in caplog.records if "eval at step 4" in r.getMessage())
-        log = tmp_path / "worker.log"
-        log.write_text(f"[worker:0] I1124 10:00:00.000000 1 evaluator.py:280] {line}\n")
-        timings.append(eval_scaling._seconds(str(log)))
+        timings.append(evaluator.timings)  # what the controller records in stats.jsonl
     one, two = results
     assert one.keys() == two.keys()
     for key in one:
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
     assert [(t["samples"], t["replicas"]) for t in timings] == [(231, 1), (231, 2)]
-    assert all(0 < t["generate_seconds"] <= t["eval_seconds"] for t in timings), timings
+    assert all(0 < t["phases"]["generation"] <= t["seconds"] for t in timings), timings
 
 
 def test_real_images_are_what_the_split_has_up_to_num_real_and_stamped(
@@ -225,6 +218,18 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
                  for ev in tf.compat.v1.train.summary_iterator(e) for v in ev.summary.value
                  if v.tag.startswith("metrics/")}
     assert described["metrics/precision"].startswith("fcd0.1k_train0.1k: classifier features")
+    # The run's stats.jsonl: a record per progress line and per evaluation, the values and
+    # timings the benchmarks read (benchmarks/eval_scaling.py), and the end.
+    from benchmarks import eval_scaling
+    stats = records.read(str(tmp_path))
+    assert [(r["kind"], r["step"]) for r in stats] == [
+        ("log", 2), ("eval", 2), ("log", 4), ("eval", 4), ("end", 4)]
+    evaluated = [r for r in stats if r["kind"] == "eval"]
+    assert [r["fcd"] for r in evaluated] == [e["fcd"] for e in saved["evaluations"]]
+    timings = eval_scaling.seconds(str(tmp_path), step=4)
+    assert timings["samples"] == 100 and timings["replicas"] == 1
+    assert 0 < timings["generate_seconds"] <= timings["eval_seconds"]
+    assert np.isfinite(stats[0]["loss/D"]) and stats[0]["perf/images_per_sec"] > 0
 
 
 def _padded(images):

@@ -8,7 +8,6 @@ import os
 import pytest
 
 from conftest import REPO
-from paragan_tf import config as config_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
 
@@ -33,7 +32,7 @@ def test_gin_file_parses_and_builds(path):
     files = (["gin/tiny.gin", path] if path.startswith(("gin/layouts/", "gin/policies/"))
              else [path])
     # D ch 8: self-attention needs 8 channels (the paper configs attend at 64 px).
-    config_lib.parse(files, ["Generator.ch = 4", "Discriminator.ch = 8",
+    experiment.parse(files, ["Generator.ch = 4", "Discriminator.ch = 8",
                               "strategy.kind = 'one_device'"], finalize=False)
     exp = experiment.build(check_data=False)
     assert exp.generator.resolution == exp.data.resolution
@@ -41,6 +40,6 @@ def test_gin_file_parses_and_builds(path):
 
 def test_unknown_binding_is_a_config_error_naming_it():
     with pytest.raises(ConfigError, match="no_such_option"):
-        config_lib.parse(["gin/tiny.gin"], ["train.no_such_option = 3"])
+        experiment.parse(["gin/tiny.gin"], ["train.no_such_option = 3"])
     with pytest.raises(ConfigError, match="--gin_file=gin/missing.gin does not exist"):
-        config_lib.parse(["gin/missing.gin"], [])
+        experiment.parse(["gin/missing.gin"], [])

@@ -13,14 +13,15 @@ import tensorflow as tf
 
 from conftest import run_binary
 from benchmarks import input as input_bench
-from paragan_tf.data import congestion as congestion_lib
+from benchmarks.congestion import CongestedStore
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 
-DATA = pipeline.DatasetConfig("mnist5k", None, "train", 32, "pad", False, 100, False)
+DATA = data_config.DatasetConfig(name="mnist5k", fit="pad", shuffle_buffer=100)
 
 
 def _read_all(ds):
@@ -31,21 +32,20 @@ def _read_all(ds):
 
 def test_latency_is_injected_per_record_or_per_file():
     records = tf.data.Dataset.range(8)
-    per_record = congestion_lib.Congestion(latency_ms=25, per="record")
-    n, seconds = _read_all(congestion_lib.delay(records, tf.constant(0, tf.int64), per_record))
+    per_record = CongestedStore(latency_ms=25, per="record")
+    n, seconds = _read_all(per_record(records, tf.constant(0, tf.int64)))
     assert n == 8 and seconds >= 8 * 0.025
-    per_file = congestion_lib.Congestion(latency_ms=150, per="file")
-    n, seconds = _read_all(congestion_lib.delay(records, tf.constant(0, tf.int64), per_file))
+    per_file = CongestedStore(latency_ms=150, per="file")
+    n, seconds = _read_all(per_file(records, tf.constant(0, tf.int64)))
     assert n == 8 and 0.15 <= seconds < 8 * 0.15  # paid once for the shard, not per record
-    jitter = congestion_lib.Congestion(latency_ms=0, jitter_ms=40)
-    n, seconds = _read_all(congestion_lib.delay(records, tf.constant(3, tf.int64), jitter))
+    jitter = CongestedStore(latency_ms=0, jitter_ms=40)
+    n, seconds = _read_all(jitter(records, tf.constant(3, tf.int64)))
     assert 0 < seconds < 8 * 0.04 + 1.0
 
 
 def test_tuner_doubles_while_stalled_up_to_its_ceiling_and_only_when_it_can_help():
-    congested = dataclasses.replace(tuning.InputConfig(), read_parallelism=4, prefetch=2,
-                                    max_read_parallelism=16,
-                                    congestion=congestion_lib.Congestion(latency_ms=5))
+    congested = tuning.InputConfig(read_parallelism=4, prefetch=2, max_read_parallelism=16,
+                                   read_hook=CongestedStore(latency_ms=5))
     tuner = tuning.InputTuner(congested)
     assert not tuner.observe(0.01)  # below the 5 % target
     assert tuner.observe(0.4) and tuner.tuning == tuning.Tuning(8, 4)
@@ -55,25 +55,27 @@ def test_tuner_doubles_while_stalled_up_to_its_ceiling_and_only_when_it_can_help
     few = tuning.InputTuner(dataclasses.replace(congested, num_shards=6))
     assert few.observe(0.4) and few.tuning == tuning.Tuning(6, 4)
     assert not few.observe(0.4)
-    # Nothing to tune: cached in-memory reads, the two baselines, or adaptation off.
-    untuned = (tuning.InputConfig(), dataclasses.replace(congested, mode="naive"),
-               dataclasses.replace(congested, mode="autotune"),
-               dataclasses.replace(congested, adaptive=False))
+    # Nothing to tune: cached in-memory reads, or adaptation off.
+    untuned = (tuning.InputConfig(), dataclasses.replace(congested, adaptive=False))
     for inputs in untuned:
         assert not tuning.InputTuner(inputs).observe(0.9)
     # Whose settings read_parallelism and prefetch are (the trainer reports them then).
-    assert [inputs.tuned for inputs in (congested,) + untuned] == [True, False, False, False,
-                                                                     True]
+    assert [inputs.tuned for inputs in (congested,) + untuned] == [True, False, True]
 
 
-@pytest.mark.parametrize("mode", ["naive", "autotune", "aware"])
-def test_sharded_pipelines_yield_the_same_kind_of_batches(mode):
+@pytest.mark.parametrize("name", input_bench.PIPELINES)
+def test_sharded_pipelines_yield_the_same_kind_of_batches(name):
+    """Ours and the input benchmark's two baselines, over the same slow store."""
     source = datasets.get_source("mnist5k")
-    inputs = dataclasses.replace(tuning.InputConfig(), mode=mode, num_shards=4,
-                                 congestion=congestion_lib.Congestion(latency_ms=0.1))
-    assert inputs.sharded
-    fn = pipeline.real_input_fn(source, DATA, 32, seed=0, inputs=inputs)
-    batches = list(fn(tf.distribute.InputContext()).take(4))
+    store = CongestedStore(latency_ms=0.1)
+    if name == "aware":
+        inputs = tuning.InputConfig(num_shards=4, read_hook=store)
+        assert inputs.sharded
+        ds = pipeline.real_input_fn(source, DATA, 32, seed=0, inputs=inputs)(
+            tf.distribute.InputContext())
+    else:
+        ds = input_bench.baseline_input(source, DATA, 32, 0, store, name == "autotune")
+    batches = list(ds.take(4))
     for images, labels in batches:
         assert images.shape == (32, 32, 32, 1) and images.dtype == tf.float32
         assert -1.0 <= float(tf.reduce_min(images)) and float(tf.reduce_max(images)) <= 1.0
@@ -89,20 +91,23 @@ def _train_tiny(tiny_gin, tmp_path, *bindings):
 
 
 def test_input_wait_fraction_separates_a_slow_store_from_cached_data(tiny_gin, tmp_path):
-    # 8 records of 80 ms per step read one after another: ~640 ms of waiting per step
-    # against the tiny model's ~80 ms of compute. No checkpoints or samples inside the
-    # window: host work there gives a read-ahead time to bank batches.
+    # 8 records of 80 ms per step from one shard at a time (the tuner off): ~640 ms of
+    # waiting per step against the tiny model's ~80 ms of compute. No checkpoints or
+    # samples inside the window: host work there gives a read-ahead time to bank
+    # batches. The slow store comes through the pipeline's read hook.
     quiet = ("train.checkpoint_every = 1000", "train.sample_every = 1000")
-    slow = _train_tiny(tiny_gin, tmp_path / "slow", "input_pipeline.mode = 'naive'",
-                       "congestion.latency_ms = 80.0", *quiet)
+    slow = _train_tiny(tiny_gin, tmp_path / "slow", "input_pipeline.read_hook = "
+                       "@CongestedStore()", "CongestedStore.latency_ms = 80.0",
+                       "input_pipeline.max_read_parallelism = 1",
+                       "input_pipeline.prefetch = 1", "input_pipeline.adaptive = False", *quiet)
     fast = _train_tiny(tiny_gin, tmp_path / "fast", *quiet)
     # Ratios, not absolute shares: another process on the machine slows the compute,
     # which lowers the slow store's share (0.27 once here beside two busy loops with a
     # 40 ms store) but not the gap.
     assert slow["perf/input_wait_frac"] > 0.3, slow
     assert slow["perf/input_wait_frac"] > 3 * fast["perf/input_wait_frac"], (slow, fast)
-    # Sequential reads and cached data have no read parallelism to report.
-    assert "perf/read_parallelism" not in slow and "perf/read_parallelism" not in fast
+    # The slow store's reads are ours to set (and reported); cached data has none.
+    assert slow["perf/read_parallelism"] == 1 and "perf/read_parallelism" not in fast
 
 
 def test_input_benchmark_tuner_beats_tf_data_autotune_on_a_latency_bound_store():

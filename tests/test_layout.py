@@ -8,7 +8,6 @@ import tensorflow as tf
 import tf_keras as keras
 
 from conftest import mirrored_2
-from paragan_tf import config as config_lib
 from paragan_tf import layout as layout_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
@@ -79,7 +78,7 @@ def test_channel_rounding_widens_every_block():
 
 
 def test_bfloat16_step_is_finite_and_keeps_float32_state(tiny_gin, tmp_path):
-    config_lib.parse(["gin/tiny.gin", "gin/layouts/bf16.gin"],
+    experiment.parse(["gin/tiny.gin", "gin/layouts/bf16.gin"],
                      ["train.total_steps = 2", "train.d_steps = 1"], finalize=False)
     exp = experiment.build(ONE_DEVICE)
     try:

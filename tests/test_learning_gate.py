@@ -22,8 +22,7 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from paragan_tf import config as config_lib
-from paragan_tf import sampling
+from paragan_tf.generate import sampling
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.eval import evaluator as evaluator_lib
@@ -41,14 +40,14 @@ GATE_RECIPE = ("G/optimizer.learning_rate = 5e-4", "D/optimizer.learning_rate = 
 def test_the_default_experiment_learns_class_conditional_digits(tmp_path, mnist_classifier):
     classifier_dir, info = mnist_classifier
     assert info["test_accuracy"] > 0.9  # the judge itself must be good
-    config_lib.parse(["gin/mnist_default.gin"], [
+    experiment.parse(["gin/mnist_default.gin"], [
         *GATE_RECIPE, "dataset.split = 'train[:4500]'", f"train.total_steps = {STEPS}",
         "train.log_every = 100", f"train.checkpoint_every = {STEPS}",
         f"train.sample_every = {STEPS}", "eval.feature_extractor = 'classifier'",
         f"eval.classifier_path = '{classifier_dir}'", "eval.num_samples = 1000",
         "eval.num_real = 1000", "eval.batch_size = 250"], finalize=False)
     source = datasets.get_source("mnist5k")
-    data = pipeline.dataset_config()
+    data = experiment.Settings.read().data
     exp = experiment.build()
     loop.train(exp, str(tmp_path / "run"))
 

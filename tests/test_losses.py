@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from conftest import mirrored_2
-from paragan_tf import losses
-from paragan_tf import regularizers
+from paragan_tf.objective import losses
+from paragan_tf.objective import regularizers
 from paragan_tf.models import layers
 from paragan_tf.train import step as step_lib
 

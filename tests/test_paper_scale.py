@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf import losses
-from paragan_tf import memory
-from paragan_tf import regularizers
+from paragan_tf.objective import losses
+from paragan_tf.scale import memory
+from paragan_tf.objective import regularizers
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.models import layers

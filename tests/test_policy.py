@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paragan_tf import config as config_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
 from paragan_tf.train import optimizers
@@ -38,7 +37,7 @@ def test_warmup_then_linear_and_cosine_decay():
 
 def test_policy_file_gives_each_network_its_own_scaled_rate_and_schedule(tiny_gin):
     # compare_gan's rates (G 1e-4, D 5e-4 at batch 256, linear) at the tiny batch of 8.
-    config_lib.parse(["gin/tiny.gin", "gin/policies/compare_gan.gin"],
+    experiment.parse(["gin/tiny.gin", "gin/policies/compare_gan.gin"],
                      ["train.batch_size = 8", "train.accumulation = 2"], finalize=False)
     exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
     g_rate, d_rate = exp.g_optimizer._learning_rate, exp.d_optimizer._learning_rate

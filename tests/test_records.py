@@ -317,12 +317,13 @@ def _train_records(tiny_gin, model_dir, total_steps, data_dir, *extra):
 
 @pytest.mark.slow
 def test_resuming_from_records_equals_an_uninterrupted_run(tiny_gin, tmp_path, caplog):
-    """4 steps straight with sequential reads against 2 + 2 resumed with parallel ones:
+    """4 steps straight reading one shard at a time against 2 + 2 resumed with parallel reads:
     16 real images a step from 22 an epoch in windows of 12, so the resume enters epoch 1
     inside a shard and a window. (Entering with sequential reads: the stream test above.)"""
     _write_records(tmp_path / "data", [[0] * 7, [1] * 3, [0] * 6, [1] * 1, [1] * 5])
     data = tmp_path / "data"
-    straight = _train_records(tiny_gin, tmp_path / "a", 4, data, "input_pipeline.mode = 'naive'")
+    straight = _train_records(tiny_gin, tmp_path / "a", 4, data,
+                              "input_pipeline.read_parallelism = 1")
     _train_records(tiny_gin, tmp_path / "b", 2, data)
     caplog.clear()
     with caplog.at_level("INFO", logger="absl"):  # another test may have quietened absl

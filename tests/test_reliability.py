@@ -231,11 +231,11 @@ def test_an_empty_dataset_is_a_clear_error_not_a_hang(tiny_gin, tmp_path):
     ("train.total_steps = 5\nGeneratr.ch = 3\n", r"'Generatr'.*{}\", line 2: Generatr.ch = 3"),
 ])
 def test_a_malformed_gin_file_is_named_with_its_line(tmp_path, text, where):
-    from paragan_tf import config as config_lib  # pylint: disable=import-outside-toplevel
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
     path = tmp_path / "broken.gin"
     path.write_text(text)
     with pytest.raises(ConfigError, match=where.format(re.escape(str(path)))):
-        config_lib.parse([str(path)], [])
+        experiment.parse([str(path)], [])
 
 
 def test_a_checkpoint_with_the_preemption_counter_restores_elsewhere(tiny_gin, tmp_path):

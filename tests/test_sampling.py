@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paragan_tf import images
-from paragan_tf import sampling
+from paragan_tf.generate import images
+from paragan_tf.generate import sampling
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
 

@@ -178,7 +178,7 @@ def test_cores_per_task_pins_each_training_task_to_its_own_cores():
     assert task.process.wait(timeout=60) == 0
     time.sleep(0.5)  # the output thread
     assert f"[worker:1] {allowed[-1:]}" in stream.getvalue(), stream.getvalue()
-    too_many = launcher.LaunchConfig(model_dir="unused", num_workers=len(allowed) + 1,
+    too_many = launcher.LaunchConfig(model_dir="/unused", num_workers=len(allowed) + 1,
                                      cores_per_task=1)
     with pytest.raises(ValueError, match="cores_per_task=1 needs"):
         too_many.check()

@@ -17,9 +17,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import mirrored_2
-from paragan_tf import augment
-from paragan_tf import losses
-from paragan_tf import penalties
+from paragan_tf.objective import augment
+from paragan_tf.objective import losses
+from paragan_tf.objective import penalties
 from paragan_tf.errors import ConfigError
 
 X = (np.arange(2 * 5 * 6 * 3, dtype=np.float32).reshape(2, 5, 6, 3) / 90.0) - 0.9
@@ -91,8 +91,9 @@ def test_seeds_come_from_the_noise_so_replicas_and_steps_differ():
 
 def test_unknown_policy_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"augment.policy names \['colour'\]"):
-        augment.augment_config("colour,translation")
-    assert augment.augment_config("") == augment.AugmentSettings()
+        augment.AugmentConfig(policy="colour,translation")
+    assert augment.AugmentConfig(policy=" color, cutout ").transforms == ("color", "cutout")
+    assert augment.AugmentConfig().transforms == ()
 
 
 # --- D's output regularisers: each against the formula computed by hand ---
@@ -138,11 +139,11 @@ def test_relativistic_pairs_each_fake_with_its_real_partner():
 
 def test_penalty_settings_are_checked_by_name():
     with pytest.raises(ConfigError, match=r"penalties.r1_gamma=-1"):
-        penalties.penalties_config(r1_gamma=-1)
+        penalties.Penalties(r1_gamma=-1)
     with pytest.raises(ConfigError, match=r"penalties.lazy_interval=0"):
-        penalties.penalties_config(lazy_interval=0)
+        penalties.Penalties(lazy_interval=0)
     with pytest.raises(ConfigError, match=r"penalties.lecam_decay=1.0"):
-        penalties.penalties_config(lecam_decay=1.0)
+        penalties.Penalties(lecam_decay=1.0)
 
 
 # --- in the step: each setting changes D's gradient; all of them train under two replicas ---
@@ -231,7 +232,7 @@ def test_lazy_r1_under_bfloat16_stays_finite(tiny_gin, tmp_path):
 # --- ADA ---
 
 def test_ada_geometric_ops_match_hand_computations():
-    from paragan_tf import ada
+    from paragan_tf.objective import ada
     ramp = tf.reshape(tf.range(4, dtype=tf.float32), [1, 4, 1, 1]) * tf.ones([1, 4, 4, 1])
     # Scaling by 2 about the centre samples source rows out / 2 + 0.5 of a linear ramp:
     # bilinear interpolation returns those coordinates.
@@ -248,7 +249,7 @@ def test_ada_geometric_ops_match_hand_computations():
 
 
 def test_ada_pipeline_is_the_identity_at_p_0_and_moves_every_image_at_p_1():
-    from paragan_tf import ada
+    from paragan_tf.objective import ada
     x = tf.constant(X)
     np.testing.assert_allclose(ada.pipeline(x, tf.constant([3, 4]), 0.0).numpy(), X, atol=1e-6)
     with tf.GradientTape() as tape:
@@ -261,8 +262,9 @@ def test_ada_pipeline_is_the_identity_at_p_0_and_moves_every_image_at_p_1():
 
 
 def test_ada_p_follows_the_sign_of_rt_minus_target_at_the_set_speed():
-    from paragan_tf import ada
-    aug = ada.AdaptiveAugment(ada.AdaConfig(target=0.6, interval=2, speed_kimg=1.0))
+    from paragan_tf.objective import ada
+    aug = ada.AdaptiveAugment(augment.AugmentConfig(ada_target=0.6, ada_interval=2,
+                                                    ada_speed_kimg=1.0))
     yes, no = tf.constant(True), tf.constant(False)
     aug.observe(8.0, 8.0, yes)  # all real logits positive: r_t = 1
     assert float(aug.p.numpy()) == 0.0  # not yet: every 2 D updates
@@ -302,7 +304,7 @@ def test_ada_trains_two_replicas_logs_p_and_resumes_it(tiny_gin, tmp_path):
 def test_ada_and_diffaugment_together_are_refused_by_name():
     with pytest.raises(ConfigError, match=r"augment.policy='translation' and "
                        r"augment.ada_target=0.6 are alternatives"):
-        augment.augment_config("translation", ada_target=0.6)
+        augment.AugmentConfig(policy="translation", ada_target=0.6)
 
 
 def test_gradient_penalties_under_float16_are_refused_by_name(tiny_gin):

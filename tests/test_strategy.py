@@ -12,22 +12,26 @@ from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 
 
+def _make(**options) -> tf.distribute.Strategy:
+    return strategy_lib.make_strategy(strategy_lib.StrategyConfig(**options))
+
+
 def test_one_device_and_mirrored_over_logical_cpus():
-    assert strategy_lib.make_strategy("one_device").num_replicas_in_sync == 1
-    mirrored = strategy_lib.make_strategy("mirrored", num_logical_cpus=2)
+    assert _make(kind="one_device").num_replicas_in_sync == 1
+    mirrored = _make(kind="mirrored", num_logical_cpus=2)
     assert isinstance(mirrored, tf.distribute.MirroredStrategy)
     assert mirrored.num_replicas_in_sync == 2
-    assert strategy_lib.make_strategy("mirrored").num_replicas_in_sync == 1
+    assert _make(kind="mirrored").num_replicas_in_sync == 1
 
 
 def test_unknown_kind_and_late_cpu_split_are_config_errors():
     with pytest.raises(ConfigError, match="strategy.kind='horovod'"):
-        strategy_lib.make_strategy("horovod")
+        _make(kind="horovod")
     with pytest.raises(ConfigError, match="strategy.num_logical_cpus=3"):
-        strategy_lib.make_strategy("mirrored", num_logical_cpus=3)  # TF already has 2
+        _make(kind="mirrored", num_logical_cpus=3)  # TF already has 2
     with pytest.raises(ConfigError, match="heartbeat_timeout_seconds applies to "
                                           "'multi_worker_mirrored' only"):
-        strategy_lib.make_strategy("one_device", heartbeat_timeout_seconds=30)
+        _make(kind="one_device", heartbeat_timeout_seconds=30)
 
 
 @pytest.mark.parametrize("raw,message", [
@@ -44,7 +48,7 @@ def test_malformed_tf_config_is_named(monkeypatch, raw, message):
     else:
         monkeypatch.setenv("TF_CONFIG", raw)
     with pytest.raises(ConfigError, match=message):
-        strategy_lib.make_strategy("multi_worker_mirrored")
+        _make(kind="multi_worker_mirrored")
 
 
 def test_valid_tf_config_parses(monkeypatch):
@@ -67,7 +71,7 @@ def test_missing_slurm_variables_are_named(monkeypatch, present, missing):
     for name, value in present.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError, match=missing):
-        cluster.resolver(source="slurm")
+        cluster.resolver(cluster.ClusterConfig(source="slurm"))
 
 
 def test_slurm_step_resolves_without_gpus(monkeypatch):
@@ -76,7 +80,7 @@ def test_slurm_step_resolves_without_gpus(monkeypatch):
                         "SLURM_STEP_NODELIST": "localhost",
                         "SLURM_STEP_TASKS_PER_NODE": "2"}.items():
         monkeypatch.setenv(name, value)
-    resolver = cluster.resolver(source="slurm", port_base=23456)
+    resolver = cluster.resolver(cluster.ClusterConfig(source="slurm", port_base=23456))
     assert cluster.task_of(resolver) == ("worker", 1)
     assert resolver.cluster_spec().as_dict() == {"worker": ["localhost:23456", "localhost:23457"]}
 
@@ -86,7 +90,7 @@ def test_parameter_server_needs_a_ps_task(monkeypatch):
                                                             "chief": ["localhost:2"]},
                                                 "task": {"type": "chief", "index": 0}}))
     with pytest.raises(ConfigError, match="needs at least one 'ps' task"):
-        strategy_lib.make_strategy("parameter_server")
+        _make(kind="parameter_server")
 
 
 def test_slurm_parameter_server_cluster_puts_chief_then_ps_then_workers(monkeypatch):
@@ -94,10 +98,10 @@ def test_slurm_parameter_server_cluster_puts_chief_then_ps_then_workers(monkeypa
                         "SLURM_STEP_NODELIST": "localhost",
                         "SLURM_STEP_TASKS_PER_NODE": "4"}.items():
         monkeypatch.setenv(name, value)
-    resolver = cluster.resolver(source="slurm", num_ps=1, port_base=30000)
+    resolver = cluster.resolver(cluster.ClusterConfig(source="slurm", num_ps=1, port_base=30000))
     assert cluster.task_of(resolver) == ("ps", 0)
     assert resolver.cluster_spec().as_dict() == {
         "chief": ["localhost:30000"], "ps": ["localhost:30001"],
         "worker": ["localhost:30002", "localhost:30003"]}
     with pytest.raises(ConfigError, match="cluster.num_ps=3 leaves no workers"):
-        cluster.resolver(source="slurm", num_ps=3)
+        cluster.resolver(cluster.ClusterConfig(source="slurm", num_ps=3))

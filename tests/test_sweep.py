@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from conftest import PYTHON, REPO, run_binary, scratch_checkout, tensorboard
-from paragan_tf import sweep as sweep_lib
+from paragan_tf.train import sweep as sweep_lib
 from paragan_tf.errors import ConfigError
 
 

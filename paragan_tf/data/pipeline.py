@@ -5,17 +5,15 @@ Both are built by functions of a `tf.distribute.InputContext`, for
 worker) reads its own shard and batches at the per-replica batch size.
 
 Real images are read one of four ways (the settings: data/tuning.py):
-  cached   in-memory arrays with no injected latency: fitted once, cached,
-           shuffled, repeated;
-  files    encoded files (image folders, TFDS) with no injected latency: the
-           records (names or bytes) shuffled, then decoded every epoch;
-  sharded  a slow store (data/congestion.py injects the latency): every epoch
-           reads the source as shards ("files") in a shuffled order, one after
-           another (naive), by a parallel interleave whose read parallelism and
+  cached   in-memory arrays: fitted once, cached, shuffled, repeated;
+  files    encoded files (image folders, TFDS): the records (names or bytes)
+           shuffled, then decoded every epoch;
+  sharded  a slow store (`input_pipeline.read_hook`; benchmarks/congestion.py
+           simulates one): every epoch reads the source as shards ("files") in a
+           shuffled order, by a parallel interleave whose read parallelism and
            prefetch depth the tuner raises while the trainer measures input
-           stalls (aware), or with tf.data's AUTOTUNE alone (autotune, a
-           baseline), decode AUTOTUNE in the last two; optionally through
-           tf.data service workers (data/service.py);
+           stalls, decode AUTOTUNE; optionally through tf.data service workers
+           (data/service.py);
   records  a prepared dataset (data/records.py): always read shard by shard
            as above, and entered at a position instead of replayed on resume.
 
@@ -29,16 +27,14 @@ noise position be checkpointed with the iterator.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from typing import Callable, Optional, Sequence
 
 from absl import logging
-import gin
 import numpy as np
 import tensorflow as tf
 
 from paragan_tf.data import class_groups
-from paragan_tf.data import congestion as congestion_lib
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import records as records_lib
 from paragan_tf.data import service as service_lib
@@ -48,77 +44,7 @@ from paragan_tf.errors import ConfigError
 InputFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetConfig:
-    name: str
-    data_dir: Optional[str]
-    split: str
-    resolution: int
-    fit: str
-    random_flip: bool
-    shuffle_buffer: int
-    download: bool
-    skip_corrupt: bool = False
-    channels: int = 0
-    scan_images: str = "auto"
-    per_class_limit: int = 0
-
-
-# Sources whose channel count is the reader's choice (dataset.channels); the others
-# have the channels they have.
-_CHANNEL_CHOICE = ("image_folder", "records", "synthetic")
-
-
-@gin.configurable("dataset")
-def dataset_config(name: str = "mnist5k", data_dir: Optional[str] = None, split: str = "train",
-                   resolution: int = 32, fit: str = "auto", random_flip: bool = False,
-                   shuffle_buffer: int = 10_000, download: bool = False,
-                   skip_corrupt: bool = False, channels: int = 0,
-                   scan_images: str = "auto", per_class_limit: int = 0) -> DatasetConfig:
-    """The dataset settings, from gin.
-
-    Args:
-      name: a registry name (see `datasets.names()`), e.g. mnist5k, tfds:cifar10.
-      data_dir: where the data lives (TFDS data_dir, image folder root, ...).
-      split: which split to train on.
-      resolution: image height and width fed to the models; the models take
-        their resolution from here.
-      fit: how images reach `resolution`: "pad" (centre, pad with black),
-        "resize" (centre-crop to square, then area-resize), or "auto" (pad
-        when smaller, resize otherwise).
-      random_flip: random horizontal flips.
-      shuffle_buffer: examples in the shuffle buffer.
-      download: allow TFDS to download (never possible on air-gapped machines).
-      skip_corrupt: image folders checked in full at start-up: train without
-        the files that fail to decode (logged with their names) instead of
-        stopping with an error naming them.
-      channels: 1 or 3 for image_folder, records and synthetic (images are
-        converted); 0: as the data is (an image folder whose images are all
-        greyscale trains on one channel). Other sources have theirs.
-      scan_images: image_folder: "full" decodes every file at start-up (a
-        corrupt one is an error, or skipped with skip_corrupt); "lazy" decodes
-        as the run reads, skipping a corrupt file and naming it in the log and
-        in health/corrupt_images; "auto": full up to 20,000 files, else lazy.
-      per_class_limit: train on the first this many examples of each class of
-        `split` (in its stored order, the same subset on every run and worker);
-        0: all. For small-data experiments: 100 gives a 1,000-image Fashion-MNIST.
-    """
-    if fit not in ("auto", "pad", "resize"):
-        raise ConfigError(f"dataset.fit={fit!r} must be auto, pad or resize")
-    if resolution <= 0:
-        raise ConfigError(f"dataset.resolution={resolution} must be positive")
-    if channels not in (0, 1, 3):
-        raise ConfigError(f"dataset.channels={channels} must be 1, 3 or 0 (as the data is)")
-    if scan_images not in ("auto", "full", "lazy"):
-        raise ConfigError(f"dataset.scan_images={scan_images!r} must be auto, full or lazy")
-    if per_class_limit < 0:
-        raise ConfigError(f"dataset.per_class_limit={per_class_limit} must be >= 0 "
-                          f"(0: every example)")
-    return DatasetConfig(name, data_dir, split, resolution, fit, random_flip, shuffle_buffer,
-                         download, skip_corrupt, channels, scan_images, per_class_limit)
-
-
-def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
+def load_source(config: data_config.DatasetConfig, check: bool = True) -> datasets.Source:
     """The registry source for `config`; fails fast (ConfigError) on unknown or missing data.
 
     With check=False only the spec is needed (dry runs): absent data is not an error.
@@ -126,11 +52,11 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
     source = datasets.get_source(config.name, data_dir=config.data_dir,
                                  download=config.download, skip_corrupt=config.skip_corrupt,
                                  channels=config.channels, scan_images=config.scan_images)
-    if config.channels and config.name not in _CHANNEL_CHOICE and \
+    if config.channels and config.name not in data_config.CHANNEL_CHOICE and \
             config.channels != source.channels:
         raise ConfigError(f"dataset.channels={config.channels}: {config.name} has "
                           f"{source.channels} channel(s); the setting applies to "
-                          f"{', '.join(_CHANNEL_CHOICE)}")
+                          f"{', '.join(data_config.CHANNEL_CHOICE)}")
     if config.name != "image_folder" and (config.scan_images != "auto" or config.skip_corrupt):
         raise ConfigError(f"dataset.scan_images and dataset.skip_corrupt apply to image_folder "
                           f"only, not to {config.name}")
@@ -148,7 +74,7 @@ def load_source(config: DatasetConfig, check: bool = True) -> datasets.Source:
     return source
 
 
-def check_not_empty(source: datasets.Source, config: DatasetConfig,
+def check_not_empty(source: datasets.Source, config: data_config.DatasetConfig,
                     classes: Optional[Sequence[int]] = None) -> None:
     """ConfigError unless the training stream has an example (an empty one would not
     hang, tf.data ends an empty repeat, but would fail mid-run with no explanation).
@@ -239,7 +165,7 @@ def limit_per_class(ds: tf.data.Dataset, limit: int, num_classes: int) -> tf.dat
             .filter(within_limit).map(example_only))
 
 
-def training_examples(source: datasets.Source, config: DatasetConfig,
+def training_examples(source: datasets.Source, config: data_config.DatasetConfig,
                       read: Callable[[str], tf.data.Dataset]) -> tf.data.Dataset:
     """`read(config.split)` (the examples or the encoded records of the training split),
     limited to dataset.per_class_limit examples per class; before any sharding, so
@@ -261,46 +187,30 @@ def _sharded_records(source: datasets.Source, split: str, inputs: InputConfig,
     cycle = max(1, min(inputs.num_shards, inputs.max_read_parallelism))
 
     def read(shard):
-        records = source.shard(split, inputs.num_shards, shard,
-                               parallel=None if inputs.mode == "naive" else tf.data.AUTOTUNE)
+        records = source.shard(split, inputs.num_shards, shard, parallel=tf.data.AUTOTUNE)
         if split_records:  # fewer shards than pipelines: split each shard's records
             records = records.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
-        return congestion_lib.delay(records, shard, inputs.congestion)
-    if inputs.mode == "naive":
-        return shards.flat_map(read)
-    if inputs.mode == "autotune":
-        return shards.interleave(read, num_parallel_calls=tf.data.AUTOTUNE,
-                                 deterministic=inputs.deterministic)
+        return inputs.read_hook(records, shard) if inputs.read_hook else records
     return shards.interleave(read, cycle_length=cycle,
                              num_parallel_calls=min(tuning.read_parallelism, cycle),
                              deterministic=inputs.deterministic)
 
 
-def _records_stream(source: datasets.Source, config: DatasetConfig, inputs: InputConfig,
+def _records_stream(source: datasets.Source, config: data_config.DatasetConfig, inputs: InputConfig,
                     tuning: Tuning, ctx: tf.distribute.InputContext, seed, batch: int,
                     start: int, classes: Optional[Sequence[int]]) -> tf.data.Dataset:
     """A prepared dataset's examples for this input pipeline, entered at its example `start`."""
-    naive = inputs.mode == "naive"
     reading = records_lib.Reading(
         seed=seed, pipeline_id=ctx.input_pipeline_id, num_pipelines=ctx.num_input_pipelines,
-        cycle_length=inputs.max_read_parallelism,
-        parallelism=(None if naive else tf.data.AUTOTUNE if inputs.mode == "autotune"
-                     else tuning.read_parallelism),
+        cycle_length=inputs.max_read_parallelism, parallelism=tuning.read_parallelism,
         deterministic=inputs.deterministic,
         # Records are shuffled in windows (seekable); as for the other sharded reads a
         # window of the full shuffle_buffer would first wait for that many slow reads.
-        window=min(config.shuffle_buffer, 8 * batch), congestion=inputs.congestion)
-    return source.decoded(source.prepared.stream(reading, start, classes),
-                          None if naive else tf.data.AUTOTUNE)
+        window=min(config.shuffle_buffer, 8 * batch), read_hook=inputs.read_hook)
+    return source.decoded(source.prepared.stream(reading, start, classes), tf.data.AUTOTUNE)
 
 
-# The naive baseline reads nothing ahead: tf.data would otherwise add a prefetch of its
-# own at the end (inject_prefetch), which banks batches while the trainer traces its step.
-_NO_PREFETCH = tf.data.Options()
-_NO_PREFETCH.experimental_optimization.inject_prefetch = False
-
-
-def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_size: int,
+def real_input_fn(source: datasets.Source, config: data_config.DatasetConfig, global_batch_size: int,
                   seed: int, per_worker: bool = False,
                   classes: Optional[Sequence[int]] = None,
                   inputs: InputConfig = InputConfig(),
@@ -317,7 +227,7 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     service are not).
 
     classes: keep only examples of these labels (per-class training); None: all.
-    inputs, tuning: how to read (see `input_config`); tuning None: the tuner's start.
+    inputs, tuning: how to read (see tuning.InputConfig); tuning None: the tuner's start.
     service: read through these tf.data service workers (inputs.service_workers).
 
     per_worker: parameter-server workers (ClusterCoordinator.create_per_worker_dataset).
@@ -328,8 +238,7 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     worker reads its own reproducible permutation.
     """
     tuning = tuning or InputTuner(inputs).tuning
-    naive = inputs.mode == "naive"
-    parallel = None if naive else tf.data.AUTOTUNE
+    parallel = tf.data.AUTOTUNE
 
     def keep(ds):
         return keep_classes(ds, classes, source.num_classes)
@@ -337,13 +246,12 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
     def fit(ds):
         return ds.map(lambda image, label: (fit_image(image, config.resolution, config.fit),
                                             label),
-                      num_parallel_calls=parallel, deterministic=None if naive else True)
+                      num_parallel_calls=parallel, deterministic=True)
 
-    if config.per_class_limit and inputs.sharded:
-        raise ConfigError(f"dataset.per_class_limit is not supported with shard-by-shard "
-                          f"reads (input_pipeline.mode={inputs.mode!r}"
-                          f"{', a congested store' if inputs.congestion.active else ''}): "
-                          f"use input_pipeline.mode='aware' on an uncongested store")
+    if config.per_class_limit and inputs.read_hook is not None:
+        raise ConfigError("dataset.per_class_limit is not supported with shard-by-shard "
+                          "reads (input_pipeline.read_hook, a slow store): the subset is "
+                          "taken from the stream in its stored order")
     if service and source.prepared is not None:
         raise ConfigError("input_pipeline.service_workers with dataset.name='records' is not "
                           "supported: each input pipeline enters its own records stream by "
@@ -398,14 +306,12 @@ def real_input_fn(source: datasets.Source, config: DatasetConfig, global_batch_s
                 key = tf.stack([tf.constant(flip_seed, tf.int64), index])
                 return tf.image.stateless_random_flip_left_right(image, key), label
             ds = ds.enumerate(start=first_index).map(flip, num_parallel_calls=parallel,
-                                                     deterministic=None if naive else True)
+                                                     deterministic=True)
         ds = ds.batch(batch, drop_remainder=True)
         if done:
             ds = ds.skip(done // batch)
         if service:
             ds = service.distribute(ds, job_name=f"real_{seed}_{ctx.input_pipeline_id}")
-        if naive:
-            return ds.with_options(_NO_PREFETCH)
         return ds.prefetch(tuning.prefetch if inputs.tuned else tf.data.AUTOTUNE)
     return input_fn
 

@@ -32,12 +32,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import tensorflow as tf
 
-from paragan_tf.data import congestion as congestion_lib
 from paragan_tf.errors import ConfigError
 
 MANIFEST = "dataset.json"
@@ -183,7 +182,8 @@ class Reading:
     parallelism: Optional[int] = None  # shards read at once; None: one after another
     deterministic: bool = True  # False: records as they arrive (no exact resume)
     window: int = 1024  # records shuffled together
-    congestion: congestion_lib.Congestion = congestion_lib.Congestion()
+    # Called on each shard's records as read (tuning.ReadHook: a benchmark's slow store).
+    read_hook: Optional[Callable[[tf.data.Dataset, tf.Tensor], tf.data.Dataset]] = None
 
 
 class Records:
@@ -240,7 +240,8 @@ class Records:
             records = tf.data.TFRecordDataset(tf.gather(files, index))
             if split_records:
                 records = records.shard(pipelines, pid)
-            return congestion_lib.delay(records.skip(skip), index, reading.congestion)
+            records = records.skip(skip)
+            return reading.read_hook(records, index) if reading.read_hook else records
 
         def interleave(indices, skips):
             return tf.data.Dataset.from_tensor_slices((indices, skips)).interleave(

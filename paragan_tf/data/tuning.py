@@ -11,67 +11,36 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from typing import Callable, Optional
 
 from absl import logging
 import gin
+import tensorflow as tf
 
-from paragan_tf.data import congestion as congestion_lib
 from paragan_tf.errors import ConfigError
 
 
-@dataclasses.dataclass(frozen=True)
+# The seam where a benchmark slows the store down (benchmarks/congestion.py): called on
+# each shard's records as they are read, with the shard's index.
+ReadHook = Callable[[tf.data.Dataset, tf.Tensor], tf.data.Dataset]
+
+
+@gin.configurable("input_pipeline", denylist=["prepared"])
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class InputConfig:
-    """How the real-image pipeline reads (see `input_config`)."""
+    """The congestion-aware pipeline's settings (`input_pipeline.*`; docs/design.md section 4).
 
-    mode: str = "aware"
-    num_shards: int = 16
-    read_parallelism: int = 0
-    prefetch: int = 0
-    adaptive: bool = True
-    target_stall: float = 0.05
-    max_read_parallelism: int = 64
-    service_workers: int = 0
-    deterministic: bool = True
-    congestion: congestion_lib.Congestion = congestion_lib.Congestion()
-    prepared: bool = False  # the source is a prepared dataset: always streamed from its store
+    Shards are read by a parallel interleave, decoded and resized with AUTOTUNE
+    parallelism and prefetched; with `adaptive`, read parallelism and prefetch
+    are doubled while the measured input stall exceeds `target_stall`. In-memory
+    sources are decoded once and cached: nothing to tune there. A prepared
+    dataset, or a store slowed by `read_hook`, is read shard by shard every epoch.
 
-    @property
-    def sharded(self) -> bool:
-        """Read shard by shard every epoch (else: in-memory arrays are cached, encoded
-        files are shuffled by name and decoded as read)."""
-        return self.mode != "aware" or self.congestion.active or self.prepared
-
-    @property
-    def read_ceiling(self) -> int:
-        """The most shards read at once: no more than the interleave holds open."""
-        return min(self.max_read_parallelism, self.num_shards)
-
-    @property
-    def tuned(self) -> bool:
-        """Read parallelism and prefetch are ours to set (and the tuner's to raise)."""
-        return self.mode == "aware" and self.sharded
-
-
-@gin.configurable("input_pipeline")
-def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: int = 0,
-                 prefetch: int = 0, adaptive: bool = True, target_stall: float = 0.05,
-                 max_read_parallelism: int = 64, service_workers: int = 0,
-                 deterministic: bool = True) -> InputConfig:
-    """The congestion-aware pipeline's settings (docs/design.md section 4).
-
-    Args:
-      mode: "aware": shards read by a parallel interleave, decode/resize with
-        AUTOTUNE parallelism, prefetch, and (adaptive) both raised while the
-        measured input stall exceeds target_stall; "autotune": tf.data's own
-        tuning as the tf.data performance guide writes it (interleave and map
-        with num_parallel_calls=AUTOTUNE, the interleave's cycle length
-        tf.data's default, one per CPU; prefetch AUTOTUNE) and no tuner of
-        ours; "naive": shards read one after another, sequential map, no
-        prefetch. The last two are baselines (bin/bench.py --suite=input).
+    Attributes:
       num_shards: the source is read as this many shards ("files").
-      read_parallelism: shards read at once in aware mode; 0: start at
-        max(4, CPU count) (reads wait on storage, not on cores).
-      prefetch: per-replica batches prefetched in aware mode; 0: start at 2.
+      read_parallelism: shards read at once; 0: start at max(4, CPU count) (reads
+        wait on storage, not on cores).
+      prefetch: per-replica batches prefetched; 0: start at 2.
       adaptive: double read parallelism and prefetch (a new input iterator at
         the next log boundary) while perf/input_wait_frac > target_stall.
       target_stall: the input wait fraction the tuner aims below.
@@ -86,21 +55,44 @@ def input_config(mode: str = "aware", num_shards: int = 16, read_parallelism: in
         cycle length), so a resumed run continues at the exact example it
         stopped at; False: records as they arrive (a slow read does not hold
         back the others; a resume continues "in distribution").
-
-    In-memory sources with no injected congestion in aware mode are decoded
-    once and cached: nothing to tune there. Injected congestion
-    (`congestion.*`) models a store too large to cache: every epoch re-reads.
+      read_hook: see ReadHook; None: records as stored. Set, the source is read
+        shard by shard every epoch, as a store too large to cache would be.
+      prepared: the source is a prepared dataset, always streamed from its store
+        (set from the source, not a setting).
     """
-    if mode not in ("aware", "autotune", "naive"):
-        raise ConfigError(f"input_pipeline.mode={mode!r} must be 'aware', 'autotune' or "
-                          f"'naive'")
-    if (num_shards < 1 or read_parallelism < 0 or prefetch < 0 or max_read_parallelism < 1
-            or service_workers < 0):
-        raise ConfigError("input_pipeline: num_shards and max_read_parallelism must be >= 1, "
-                          "read_parallelism, prefetch and service_workers >= 0")
-    return InputConfig(mode, num_shards, read_parallelism, prefetch, adaptive, target_stall,
-                       max_read_parallelism, service_workers, deterministic,
-                       congestion_lib.congestion_config())
+
+    num_shards: int = 16
+    read_parallelism: int = 0
+    prefetch: int = 0
+    adaptive: bool = True
+    target_stall: float = 0.05
+    max_read_parallelism: int = 64
+    service_workers: int = 0
+    deterministic: bool = True
+    read_hook: Optional[ReadHook] = None
+    prepared: bool = False
+
+    def __post_init__(self):
+        if (self.num_shards < 1 or self.read_parallelism < 0 or self.prefetch < 0
+                or self.max_read_parallelism < 1 or self.service_workers < 0):
+            raise ConfigError("input_pipeline: num_shards and max_read_parallelism must be "
+                              ">= 1, read_parallelism, prefetch and service_workers >= 0")
+
+    @property
+    def sharded(self) -> bool:
+        """Read shard by shard every epoch (else: in-memory arrays are cached, encoded
+        files are shuffled by name and decoded as read)."""
+        return self.read_hook is not None or self.prepared
+
+    @property
+    def read_ceiling(self) -> int:
+        """The most shards read at once: no more than the interleave holds open."""
+        return min(self.max_read_parallelism, self.num_shards)
+
+    @property
+    def tuned(self) -> bool:
+        """Read parallelism and prefetch are ours to set (and the tuner's to raise)."""
+        return self.sharded
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,6 +8,7 @@ Both fail at start-up with one line naming what is missing or malformed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -78,19 +79,31 @@ def _slurm_resolver(num_ps: int, port_base: int):
 
 
 @gin.configurable("cluster")
-def resolver(source: str = "tf_config", num_ps: int = 0, port_base: int = 8888):
-    """The cluster resolver of a multi-process run.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """Where a multi-process run learns who is in the cluster (`cluster.*` in gin).
 
-    Args:
+    Attributes:
       source: "tf_config" (the TF_CONFIG variable) or "slurm" (SLURM_* of an srun step).
       num_ps: with Slurm, how many tasks are parameter servers (task 0 is then
         the chief/coordinator, the rest workers); 0 for synchronous training.
       port_base: with Slurm, the first port used on each node.
     """
-    if source not in SOURCES:
-        raise ConfigError(f"cluster.source={source!r} is unknown; choose one of {list(SOURCES)}")
-    if source == "slurm":
-        return _slurm_resolver(num_ps, port_base)
+
+    source: str = "tf_config"
+    num_ps: int = 0
+    port_base: int = 8888
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ConfigError(f"cluster.source={self.source!r} is unknown; choose one of "
+                              f"{list(SOURCES)}")
+
+
+def resolver(config: ClusterConfig):
+    """The cluster resolver of a multi-process run."""
+    if config.source == "slurm":
+        return _slurm_resolver(config.num_ps, config.port_base)
     parse_tf_config()
     return tf.distribute.cluster_resolver.TFConfigClusterResolver()
 
@@ -110,7 +123,7 @@ def process_id() -> tf.Tensor:
     return tf.strings.split(tf.io.read_file("/proc/self/stat"), " ")[0]
 
 
-def writes_model_dir(kind: str) -> bool:
+def writes_model_dir(kind: str, config: ClusterConfig) -> bool:
     """Whether this process writes the run's folder under strategy `kind`.
 
     Every single-process run does; in a cluster, the chief task, or worker 0 of a
@@ -118,7 +131,7 @@ def writes_model_dir(kind: str) -> bool:
     """
     if kind not in ("multi_worker_mirrored", "parameter_server"):
         return True
-    cluster_resolver = resolver()
+    cluster_resolver = resolver(config)
     task_type, index = task_of(cluster_resolver)
     jobs = cluster_resolver.cluster_spec().as_dict()
     return task_type == "chief" or (task_type == "worker" and index == 0 and "chief" not in jobs)

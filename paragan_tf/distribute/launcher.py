@@ -24,9 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, TextIO
+from typing import Callable, Dict, List, Optional, TextIO
 
-from paragan_tf.train import model_dir as model_dir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(REPO, "bin", "train.py")
@@ -45,8 +44,6 @@ class LaunchConfig:
     threads_per_task: int = 0  # intra-op (inter-op: at least 2); 0: cores / compute tasks
     max_restarts: int = 3  # per parameter-server worker
     grace_secs: float = 60.0
-    slow_task: Optional[str] = None  # e.g. "worker:1": paused `slow_fraction` of the time
-    slow_fraction: float = 0.5
     # > 0: training task i runs on cores [i * n, (i + 1) * n) of this process's cores
     # (sched_setaffinity): what a benchmark of "one worker = one core" needs, since
     # threads alone do not keep a lone task off the idle cores. 0: no pinning.
@@ -60,10 +57,12 @@ class LaunchConfig:
     def check(self) -> None:
         if self.mode not in ("cluster", "per_class"):
             raise ValueError(f"mode={self.mode!r} must be cluster or per_class")
+        # The tasks run from the repository root: a relative folder would be another one.
+        if "://" not in self.model_dir and not os.path.isabs(self.model_dir):
+            raise ValueError(f"model_dir={self.model_dir} must be absolute (resolve it where "
+                             f"the user typed it: train/model_dir.resolve)")
         if self.num_workers < 1 or self.num_ps < 0 or self.num_groups < 1:
             raise ValueError("num_workers and num_groups must be >= 1, num_ps >= 0")
-        if not 0.0 <= self.slow_fraction < 1.0:
-            raise ValueError(f"slow_fraction={self.slow_fraction} must be in [0, 1)")
         compute, cores = self.compute_tasks, len(os.sched_getaffinity(0))
         if self.cores_per_task and (self.num_ps or compute * self.cores_per_task > cores):
             raise ValueError(f"cores_per_task={self.cores_per_task} needs that many cores per "
@@ -129,27 +128,6 @@ class Task:
         return self.name.split(":")[0]
 
 
-class Throttle(threading.Thread):
-    """Pauses a task (SIGSTOP/SIGCONT) `fraction` of every 0.2 s: a machine that slow."""
-
-    PERIOD = 0.2
-
-    def __init__(self, task: Task, fraction: float):
-        super().__init__(daemon=True, name=f"throttle-{task.name}")
-        self.task, self.fraction = task, fraction
-
-    def run(self):
-        while True:
-            process = self.task.process
-            if process.poll() is None:
-                try:
-                    process.send_signal(signal.SIGSTOP)
-                    time.sleep(self.PERIOD * self.fraction)
-                finally:
-                    process.send_signal(signal.SIGCONT)
-            time.sleep(self.PERIOD * (1 - self.fraction))
-
-
 def _tasks(config: LaunchConfig, output: _Output) -> List[Task]:
     compute = config.compute_tasks
     threads = (config.threads_per_task or config.cores_per_task
@@ -197,13 +175,17 @@ def _write_pids(model_dir: str, tasks: List[Task]) -> None:
     os.replace(path + ".tmp", path)
 
 
-def launch(config: LaunchConfig, stream: TextIO = sys.stdout,
-           handle_signals: bool = True) -> int:
-    """Runs the cluster to completion; returns 0, or the failing training task's exit code."""
+def launch(config: LaunchConfig, stream: TextIO = sys.stdout, handle_signals: bool = True,
+           on_started: Optional[Callable[[List[Task]], None]] = None,
+           stop: Optional[threading.Event] = None) -> int:
+    """Runs the cluster to completion; returns 0, or the failing training task's exit code.
+
+    Two seams for callers that drive a cluster from Python (benchmarks/): `on_started`
+    is called once with the started tasks (a Task's `process` is its current child,
+    replaced when a worker restarts); setting `stop` asks the training tasks to
+    checkpoint and stop, as SIGINT/SIGTERM to the launcher does.
+    """
     config.check()
-    # The tasks run from the repository root: a folder typed relative to the caller's
-    # working directory is resolved here, so every task writes where the user meant.
-    config.model_dir = model_dir_lib.resolve(config.model_dir)
     os.makedirs(config.model_dir, exist_ok=True)
     output = _Output(stream)
     say = lambda message: output.line("launch", message)  # noqa: E731
@@ -214,29 +196,26 @@ def launch(config: LaunchConfig, stream: TextIO = sys.stdout,
     for task in tasks:
         task.start()
     _write_pids(config.model_dir, tasks)
-    if config.slow_task:
-        slow = [t for t in tasks if t.name == config.slow_task]
-        if not slow:
-            raise ValueError(f"slow_task={config.slow_task} is not one of "
-                             f"{[t.name for t in tasks]}")
-        Throttle(slow[0], config.slow_fraction).start()
+    if on_started:
+        on_started(tasks)
 
     stopping: List[float] = []
 
-    def on_signal(signum, frame):
-        del frame
+    def request_stop(why: str) -> None:
         if stopping:
             return
-        say(f"signal {signum}: asking the training tasks to checkpoint and stop")
+        say(f"{why}: asking the training tasks to checkpoint and stop")
         stopping.append(time.monotonic())
         for t in training:
             if t.poll() is None:
                 t.process.send_signal(signal.SIGTERM)
     if handle_signals:
-        signal.signal(signal.SIGINT, on_signal)
-        signal.signal(signal.SIGTERM, on_signal)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda number, frame: request_stop(f"signal {number}"))
 
     while any(t.poll() is None for t in training):
+        if stop is not None and stop.is_set():
+            request_stop("stop requested")
         for t in tasks:
             code = t.poll()
             if code is None or t in training or stopping:

@@ -9,20 +9,21 @@ from __future__ import annotations
 from absl import logging
 import tensorflow as tf
 
-from paragan_tf import config as config_lib
 from paragan_tf.distribute import cluster
+from paragan_tf.distribute import strategy as strategy_lib
 
 SERVER_TASKS = ("worker", "ps")
 
 
-def serve_if_server_task() -> bool:
+def serve_if_server_task(config: strategy_lib.StrategyConfig,
+                         cluster_config: cluster.ClusterConfig) -> bool:
     """Serves forever when this process is a worker/ps task of a parameter-server run.
 
     Returns False (at once) for every other process.
     """
-    if config_lib.bound("strategy.kind", "one_device") != "parameter_server":
+    if config.kind != "parameter_server":
         return False
-    resolver = cluster.resolver()
+    resolver = cluster.resolver(cluster_config)
     task_type, index = cluster.task_of(resolver)
     if task_type not in SERVER_TASKS:
         return False
@@ -30,7 +31,7 @@ def serve_if_server_task() -> bool:
     # at once (a closure blocks on reads from the parameter servers, the coordinator
     # fetches results), and with one inter-op thread they deadlock.
     config = tf.compat.v1.ConfigProto(
-        intra_op_parallelism_threads=config_lib.bound("strategy.intra_op_threads", 0))
+        intra_op_parallelism_threads=config.intra_op_threads)
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type, task_index=index,
                                   protocol=resolver.rpc_layer or "grpc", config=config,
                                   start=True)

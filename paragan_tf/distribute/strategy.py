@@ -19,6 +19,7 @@ kinds:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import gin
@@ -79,9 +80,6 @@ def _coordinate(resolver, heartbeat_timeout_seconds: int) -> None:
     from tensorflow.python.distribute import multi_worker_util
     from tensorflow.python.eager import context
 
-    if heartbeat_timeout_seconds <= 0:
-        raise ConfigError(f"strategy.heartbeat_timeout_seconds={heartbeat_timeout_seconds} "
-                          f"must be positive")
     spec = resolver.cluster_spec()
     if context.context().coordination_service is not None or not spec.as_dict():
         return
@@ -97,13 +95,11 @@ def _coordinate(resolver, heartbeat_timeout_seconds: int) -> None:
 
 
 @gin.configurable("strategy")
-def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
-                  tpu: Optional[str] = None, intra_op_threads: int = 0,
-                  inter_op_threads: int = 0, min_shard_bytes: int = 1 << 20,
-                  heartbeat_timeout_seconds: Optional[int] = None) -> tf.distribute.Strategy:
-    """Builds the strategy named by `strategy.kind`.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StrategyConfig:
+    """Which strategy a run uses, and how this process uses its cores (`strategy.*`).
 
-    Args:
+    Attributes:
       kind: one of KINDS.
       num_logical_cpus: for `mirrored` on a machine without GPUs, how many
         logical CPU devices to make (0: one replica on the CPU).
@@ -119,12 +115,40 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
       heartbeat_timeout_seconds: `multi_worker_mirrored` only: how long a task may be
         silent before the run fails (None: HEARTBEAT_TIMEOUT_SECONDS).
     """
-    if kind not in KINDS:
-        raise ConfigError(f"strategy.kind={kind!r} is unknown; choose one of {list(KINDS)}")
-    if heartbeat_timeout_seconds is not None and kind != "multi_worker_mirrored":
-        raise ConfigError(f"strategy.heartbeat_timeout_seconds applies to "
-                          f"'multi_worker_mirrored' only, not to strategy.kind={kind!r}")
-    set_threads(intra_op_threads, inter_op_threads)
+
+    kind: str = "one_device"
+    num_logical_cpus: int = 0
+    tpu: Optional[str] = None
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    min_shard_bytes: int = 1 << 20
+    heartbeat_timeout_seconds: Optional[int] = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ConfigError(f"strategy.kind={self.kind!r} is unknown; choose one of "
+                              f"{list(KINDS)}")
+        if self.heartbeat_timeout_seconds is not None:
+            if self.kind != "multi_worker_mirrored":
+                raise ConfigError(f"strategy.heartbeat_timeout_seconds applies to "
+                                  f"'multi_worker_mirrored' only, not to strategy.kind="
+                                  f"{self.kind!r}")
+            if self.heartbeat_timeout_seconds <= 0:
+                raise ConfigError(f"strategy.heartbeat_timeout_seconds="
+                                  f"{self.heartbeat_timeout_seconds} must be positive")
+
+    @property
+    def multi_process(self) -> bool:
+        return self.kind in ("multi_worker_mirrored", "parameter_server")
+
+
+def make_strategy(config: StrategyConfig,
+                  cluster_config: Optional[cluster.ClusterConfig] = None
+                  ) -> tf.distribute.Strategy:
+    """Builds the strategy `config` names (the cluster from `cluster_config`, or TF_CONFIG)."""
+    kind, tpu, num_logical_cpus = config.kind, config.tpu, config.num_logical_cpus
+    cluster_config = cluster_config or cluster.ClusterConfig()
+    set_threads(config.intra_op_threads, config.inter_op_threads)
     gpus = tf.config.list_physical_devices("GPU")
     if kind == "one_device":
         return tf.distribute.OneDeviceStrategy("/gpu:0" if gpus else "/cpu:0")
@@ -141,17 +165,17 @@ def make_strategy(kind: str = "one_device", num_logical_cpus: int = 0,
         return tf.distribute.MirroredStrategy(
             devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
     if kind == "multi_worker_mirrored":
-        resolver = cluster.resolver()
-        _coordinate(resolver, heartbeat_timeout_seconds or HEARTBEAT_TIMEOUT_SECONDS)
+        resolver = cluster.resolver(cluster_config)
+        _coordinate(resolver, config.heartbeat_timeout_seconds or HEARTBEAT_TIMEOUT_SECONDS)
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     if kind == "parameter_server":
-        resolver = cluster.resolver()
+        resolver = cluster.resolver(cluster_config)
         num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
         if not num_ps:
             raise ConfigError("strategy.kind='parameter_server' needs at least one 'ps' task in "
                               "the cluster")
         partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-            min_shard_bytes=min_shard_bytes, max_shards=num_ps)
+            min_shard_bytes=config.min_shard_bytes, max_shards=num_ps)
         return tf.distribute.experimental.ParameterServerStrategy(
             resolver, variable_partitioner=partitioner)
     try:

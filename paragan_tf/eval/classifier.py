@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
@@ -50,7 +51,7 @@ def build(num_classes: int, channels: int, resolution: int) -> keras.Model:
     return keras.Model(images, [features, logits], name="classifier")
 
 
-def _splits(source: datasets.Source, config: pipeline.DatasetConfig,
+def _splits(source: datasets.Source, config: data_config.DatasetConfig,
             holdout: float) -> Tuple[tf.data.Dataset, tf.data.Dataset, str, int]:
     """(train, test, name of the test set, train size): the test split or a held-out part."""
     fit = lambda image, label: (pipeline.fit_image(image, config.resolution, config.fit),  # noqa
@@ -66,7 +67,7 @@ def _splits(source: datasets.Source, config: pipeline.DatasetConfig,
     return train.take(keep), train.skip(keep), f"held-out {n - keep} of the train split", keep
 
 
-def train(source: datasets.Source, config: pipeline.DatasetConfig, epochs: int = 4,
+def train(source: datasets.Source, config: data_config.DatasetConfig, epochs: int = 4,
           batch_size: int = 128, holdout: float = 0.1, seed: int = 0,
           progress: Callable[[str], None] = print) -> Tuple[keras.Model, dict]:
     """Trains the classifier on `source`; returns it and its facts (test accuracy first)."""

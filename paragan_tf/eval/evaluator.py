@@ -22,92 +22,24 @@ growing gap is D memorising the training set.
 
 from __future__ import annotations
 
-import dataclasses
-import glob
-import json
 import os
-import shutil
 import time
 from typing import Callable, Dict, Optional
 
 from absl import logging
-import gin
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf import sampling
+from paragan_tf.generate import sampling
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import features as features_lib
+from paragan_tf.eval import history as history_lib
 from paragan_tf.eval import metrics
 from paragan_tf.eval import reference_stats
+from paragan_tf.eval.config import EvalConfig
 
-METRICS_FILE = "metrics.json"
 PROGRESS_SECONDS = 30.0  # a progress line at most this often in a long evaluation phase
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalConfig:
-    every_steps: int
-    num_samples: int
-    num_real: int
-    batch_size: int
-    feature_extractor: str
-    classifier_path: Optional[str]
-    inception_path: Optional[str]
-    kid_block_size: int
-    seed: int
-    prdc_samples: int = 5000
-    nearest_k: int = 5
-    reference_split: str = "auto"
-    reference_stats: Optional[str] = None
-
-
-@gin.configurable("eval")
-def eval_config(every_steps: int = 0, num_samples: int = 5000, num_real: int = 10000,
-                batch_size: int = 250, feature_extractor: str = "auto",
-                classifier_path: Optional[str] = None, inception_path: Optional[str] = None,
-                kid_block_size: int = 1000, seed: int = 12345, prdc_samples: int = 5000,
-                nearest_k: int = 5, reference_split: str = "auto",
-                reference_stats: Optional[str] = None) -> EvalConfig:
-    """Evaluation settings.
-
-    Args:
-      every_steps: evaluate inside the training loop every this many steps; 0: never.
-      num_samples: generated samples per evaluation (classes balanced).
-      num_real: real images for the reference statistics (the test split when
-        the dataset has one, else the train split); at most: a split with fewer
-        images of the run's classes gives what it has (logged, and stamped in the
-        protocol).
-      batch_size: global batch of generation and feature extraction.
-      feature_extractor: "auto" (FCD when classifier_path is set, else FID for colour
-        images and FCD for grey ones),
-        "inception" (FID on the standard FID Inception-v3) or "classifier" (FCD, from
-        bin/train_classifier.py); see eval/features.py.
-      classifier_path: the classifier's SavedModel directory (needed for FCD).
-      inception_path: a SavedModel of TF-GAN's Inception interface to use instead of
-        the built-in FID network (adds the Inception Score; see eval/features.py).
-      kid_block_size: the kernel distance is averaged over blocks of at most this size.
-      seed: of the evaluation latents (the same for every evaluation).
-      prdc_samples: precision, recall, density and coverage compare at most this many
-        generated and real samples (their distance matrices are held in memory whole).
-      nearest_k: the neighbourhood size of those four metrics (Naeem et al.'s 5).
-      reference_split: the real images compared: "auto" (the test split when the
-        dataset has one, else the training split), or a split's name ("train", "test").
-      reference_stats: an .npz of the real features' mean and covariance (from
-        bin/eval.py --write_stats, or clean-fid/TTUR's published files) used instead
-        of embedding the real images at every run; only the Fréchet distance is
-        computed against it (eval/reference_stats.py).
-    """
-    if every_steps < 0 or num_samples <= 0 or num_real <= 0 or batch_size <= 0:
-        raise ConfigError("eval.every_steps must be >= 0, eval.num_samples, eval.num_real "
-                          "and eval.batch_size > 0")
-    if prdc_samples <= nearest_k + 1 or nearest_k < 1:
-        raise ConfigError(f"eval.prdc_samples={prdc_samples} must exceed eval.nearest_k + 1 "
-                          f"(eval.nearest_k={nearest_k} >= 1)")
-    return EvalConfig(every_steps, num_samples, num_real, batch_size, feature_extractor,
-                      classifier_path, inception_path, kid_block_size, seed, prdc_samples,
-                      nearest_k, reference_split, reference_stats)
 
 
 class Evaluator:
@@ -116,8 +48,7 @@ class Evaluator:
     def __init__(self, exp, output_dir: str, config: Optional[EvalConfig] = None,
                  write: bool = True):
         self.exp, self.output_dir, self.write = exp, output_dir, write
-        self.config = config or eval_config()
-        cfg = self.config
+        self.config = cfg = config or exp.eval_config
         if cfg.batch_size % exp.strategy.num_replicas_in_sync:
             raise ConfigError(f"eval.batch_size={cfg.batch_size} is not divisible by the "
                               f"{exp.strategy.num_replicas_in_sync} replicas")
@@ -141,7 +72,9 @@ class Evaluator:
         if cfg.reference_stats:
             self._use_reference_stats(cfg.reference_stats)
         tf.io.gfile.makedirs(output_dir)
-        self.history = self._read_history()
+        self.history = history_lib.History(output_dir, {
+            "metric": self.names["frechet"], "extractor": self.extractor.kind,
+            "extractor_path": self.extractor.path, "protocol": self.protocol})
 
     def _reference_images(self):
         """(split, dataset) of the real images compared (eval.reference_split)."""
@@ -203,15 +136,6 @@ class Evaluator:
                         "run's classes: evaluating against those", cfg.num_real,
                         self.reference_split, exp.source.name, available)
         return available
-
-    def _read_history(self) -> dict:
-        path = os.path.join(self.output_dir, METRICS_FILE)
-        if tf.io.gfile.exists(path):
-            with tf.io.gfile.GFile(path) as f:
-                return json.load(f)
-        return {"metric": self.names["frechet"], "extractor": self.extractor.kind,
-                "extractor_path": self.extractor.path, "protocol": self.protocol,
-                "evaluations": [], "best": None}
 
     def _protocol(self) -> Dict[str, object]:
         """What every value of this evaluator measured: name, extractor, counts, split, resize.
@@ -426,6 +350,9 @@ class Evaluator:
         result = timed("metrics", lambda: self._host_metrics(real, gen))
         if self.protocol["logit_gap_samples"]:
             result["d_logit_gap"] = timed("logit gap", self.logit_gap)
+        # What the run's stats.jsonl records beside the values (benchmarks read it).
+        self.timings = dict(seconds=time.perf_counter() - start, samples=cfg.num_samples,
+                            replicas=exp.strategy.num_replicas_in_sync, phases=seconds)
         # The generation is what the replicas share (each generates and embeds its part of
         # every batch); the metrics run on the host.
         logging.info("eval at step %d (%.1f s; %d samples generated and embedded in %.1f s "
@@ -441,25 +368,9 @@ class Evaluator:
                 for k, v in result.items():
                     tf.summary.scalar(f"metrics/{k}", v, step=step,
                                       description=self.describe())
-        self._record(step, checkpoint, result)
+        self.history.record(step, checkpoint, self.protocol["name"], result,
+                            key=self.names["frechet"])
         return result
-
-    def _record(self, step: int, checkpoint: Optional[str], result: Dict[str, float]) -> None:
-        # The file is the record: another Evaluator (the training loop's) may have added to it.
-        history, key = self._read_history(), self.names["frechet"]
-        self.history = history
-        entry = dict(step=step, checkpoint=checkpoint, protocol=self.protocol["name"], **result)
-        history["evaluations"] = [e for e in history["evaluations"] if e["step"] != step]
-        history["evaluations"].append(entry)
-        best = history.get("best")
-        if checkpoint and (best is None or result[key] < best[key]):
-            history["best"] = dict(entry, checkpoint=self._keep_best(checkpoint))
-            logging.info("best %s so far (%.4g) at step %d: %s", key, result[key], step,
-                         history["best"]["checkpoint"])
-        path = os.path.join(self.output_dir, METRICS_FILE)
-        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-            json.dump(history, f, indent=1)
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
     def describe(self) -> str:
         """The protocol in one line, for summaries and tables."""
@@ -479,16 +390,3 @@ class Evaluator:
                 f"{p['generated']} generated vs {reference}, {p['resize']}" +
                 (f"; D's logit gap on {p['logit_gap_samples']} training vs held-out "
                  f"images" if p.get("logit_gap_samples") else ""))
-
-    def _keep_best(self, checkpoint: str) -> str:
-        """Copies the checkpoint's files to output_dir/best/ (replacing the previous best)."""
-        best_dir = os.path.join(self.output_dir, "best")
-        if os.path.isdir(best_dir):
-            shutil.rmtree(best_dir)
-        os.makedirs(best_dir)
-        files = glob.glob(checkpoint + ".*")
-        if not files:
-            raise FileNotFoundError(f"checkpoint {checkpoint} has no files to keep")
-        for f in files:
-            shutil.copy2(f, best_dir)
-        return os.path.join(best_dir, os.path.basename(checkpoint))

@@ -44,38 +44,28 @@ import json
 import os
 import threading
 import time
-from typing import Dict, List
+from typing import Dict
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf import ada as ada_lib
-from paragan_tf import config as gin_config
-from paragan_tf.data import class_groups
-from paragan_tf.data import pipeline
+from paragan_tf.objective import ada as ada_lib
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
-from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.train import async_closures
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import controller as controller_lib
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import sample_buffer
-from paragan_tf.train import step as step_lib
+from paragan_tf.train import teardown
+from paragan_tf.train import trainer as trainer_lib
 
 
 class ParameterServerLost(RuntimeError):
     """A parameter server (or every worker) stopped answering; relaunch to resume."""
-
-
-def _noise(index: tf.Tensor, seed: int, batch: int, dim_z: int, classes: List[int]):
-    """The noise of closure `index`: a pure function, so a re-run closure sees the same."""
-    key = tf.stack([tf.constant(seed, tf.int64), tf.cast(index, tf.int64)])
-    z = tf.random.stateless_normal([batch, dim_z], key)
-    return z, class_groups.draw_labels(classes, [batch], key + 1)
 
 
 class _Watchdog(threading.Thread):
@@ -92,98 +82,7 @@ class _Watchdog(threading.Thread):
                 logging.error("no training progress for %.0f s: a parameter server or every "
                               "worker is unreachable; relaunch to resume from the last "
                               "checkpoint", self.timeout)
-                logging.flush()
-                os._exit(3)  # pylint: disable=protected-access
-
-
-class _Closures:
-    """The D-update and G-update closures of the workers, and their per-worker input.
-
-    mode 'closures': a D closure generates its fakes with the G the servers hold.
-    mode 'sample_buffer' (ParaGAN's): a G closure also writes the fakes it generated
-    into a SampleBuffer, and a D closure trains on the newest batch there.
-    """
-
-    def __init__(self, exp: experiment_lib.Experiment, coordinator, start: int,
-                 options: config_lib.AsyncConfig):
-        cfg, strategy = exp.config, exp.strategy
-        k, batch, d_steps = cfg.accumulation, cfg.batch_size, cfg.d_steps
-        dim_z, classes = exp.generator.dim_z, exp.classes
-        gan_step = step_lib.GANStep(
-            exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
-            step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg,
-                                augment=exp.augment, penalties=exp.penalties))
-        real_fn = pipeline.real_input_fn(exp.source, exp.data, batch,
-                                         cfg.seed * 1_000_003 + start, per_worker=True,
-                                         classes=classes, inputs=exp.input_config)
-        self.real_it = iter(coordinator.create_per_worker_dataset(
-            lambda: strategy.distribute_datasets_from_function(real_fn)))
-        d_seed, g_seed = cfg.seed * 2 + 1, cfg.seed * 2 + 2
-        self.coordinator = coordinator
-        self.buffer = buffer = None
-        if options.mode == "sample_buffer":
-            resolution = exp.data.resolution
-            self.buffer = buffer = sample_buffer.SampleBuffer(
-                strategy, options.buffer_depth, batch,
-                (resolution, resolution, exp.source.channels), dim_z, near=exp.step)
-        g_iterations = exp.g_optimizer.iterations
-
-        @tf.function(autograph=False)
-        def d_closure(iterator, index):
-            real = [next(iterator) for _ in range(k)]
-            if buffer is None:
-                noise = [_noise(index * k + i, d_seed, batch, dim_z, classes)
-                         for i in range(k)]
-                out = strategy.run(gan_step.d_update, args=(real, noise))
-            else:  # accumulation is 1 (config.AsyncConfig checks)
-                fakes, labels, z, version = buffer.read()
-                out = strategy.run(gan_step.d_update, args=(real, [(z, labels)]),
-                                   kwargs=dict(fakes=[fakes]))
-                out["async/sample_age"] = tf.cast(g_iterations - version, tf.float32)
-            return dict(out, process=cluster.process_id())
-
-        @tf.function(autograph=False)
-        def g_closure(index):
-            noise = [_noise(index * k + i, g_seed, batch, dim_z, classes) for i in range(k)]
-            if buffer is None:
-                out = strategy.run(gan_step.g_update, args=(noise,))
-            else:
-                version = g_iterations.read_value()  # the G that generates the fakes
-
-                def store(fakes, healthy):  # only fakes of a G whose update was finite
-                    tf.cond(healthy, lambda: buffer.write(index, fakes[0], noise[0][1],
-                                                          noise[0][0], version),
-                            lambda: tf.constant(False))
-                with tf.control_dependencies([version]):
-                    out = strategy.run(gan_step.g_update, args=(noise,),
-                                       kwargs=dict(on_fakes=store))
-            return dict(out, process=cluster.process_id())
-
-        @tf.function(autograph=False)
-        def fill_closure(slot):
-            # Noise of negative closure numbers: apart from every training closure's.
-            z, labels = _noise(-1 - slot, g_seed, batch, dim_z, classes)
-            fakes = exp.generator((z, labels), training=True)
-            return buffer.write(slot, fakes, labels, z, g_iterations.read_value())
-
-        def schedule(round_index: int) -> list:
-            values = [coordinator.schedule(d_closure, args=(
-                self.real_it, tf.constant(round_index * d_steps + j, tf.int64)))
-                for j in range(d_steps)]
-            values.append(coordinator.schedule(
-                g_closure, args=(tf.constant(round_index, tf.int64),)))
-            return values
-        self.schedule = schedule
-        self.d_closure, self.g_closure, self._fill_closure = d_closure, g_closure, fill_closure
-
-    def fill_buffer(self) -> None:
-        """Fills every slot of the sample buffer from the current G (before the first round)."""
-        for slot in range(self.buffer.depth):
-            self.coordinator.schedule(self._fill_closure,
-                                      args=(tf.constant(slot, tf.int64),))
-        self.coordinator.join()
-        logging.info("sample buffer: %d of %d slots filled from the current G",
-                     self.buffer.filled(), self.buffer.depth)
+                teardown.exit_now(3)
 
 
 class _InFlight:
@@ -194,10 +93,8 @@ class _InFlight:
     updates the EMA generator from G: the one place the EMA is written.
     """
 
-    def __init__(self, exp: experiment_lib.Experiment, finished: int, watchdog: _Watchdog,
-                 latest_checkpoint):
+    def __init__(self, exp: experiment_lib.Experiment, finished: int, watchdog: _Watchdog):
         self.exp, self.finished, self.watchdog = exp, finished, watchdog
-        self.latest_checkpoint = latest_checkpoint
         self.rounds = collections.deque()
         self.window = collections.defaultdict(list)
         self.by_process = collections.Counter()
@@ -240,13 +137,14 @@ class _InFlight:
             raise Diverged(
                 f"{self.consecutive} consecutive rounds (to round {self.finished}) had an "
                 f"update with a non-finite loss or gradient, skipped (train."
-                f"max_consecutive_skips={limit}); the newest checkpoint "
-                f"({self.latest_checkpoint()}) holds the last finite weights: lower the "
-                f"learning rates or check the input data")
+                f"max_consecutive_skips={limit})")
 
-    def drain(self) -> None:
+    def drain(self) -> int:
+        """Finishes every round in flight; how many."""
+        count = len(self.rounds)
         while self.rounds:
             self.finish_oldest()
+        return count
 
     def store_health(self) -> None:
         """The NaN guard's counts into the checkpointed variables."""
@@ -258,12 +156,13 @@ class _InFlight:
         metrics = {key: float(np.mean(v)) for key, v in self.window.items()}
         self.window.clear()
         metrics["health/skipped_steps"] = float(self.skipped)
+        metrics["async/rounds_in_flight"] = float(len(self.rounds))
         return metrics
 
 
 def _describe(exp: experiment_lib.Experiment, start: int,
               options: config_lib.AsyncConfig) -> None:
-    spec = cluster.resolver().cluster_spec().as_dict()
+    spec = cluster.resolver(exp.settings.cluster).cluster_spec().as_dict()
     # Partitioned variables show up as their shards, named <variable>/part_<i>.
     variables = [v for m in (exp.generator, exp.discriminator) for v in m.variables]
     placement = collections.Counter(v.device.split("/device:")[0] for v in variables)
@@ -288,7 +187,7 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
     refused = {
         "input_pipeline.service_workers": (exp.input_config.service_workers, "every worker "
                                            "already runs its own input pipeline; set it to 0"),
-        "eval.every_steps": (evaluator_lib.eval_config().every_steps, "the coordinator has no "
+        "eval.every_steps": (exp.eval_config.every_steps, "the coordinator has no "
                              "replicas to generate on; evaluate beside it with bin/eval.py "
                              "--watch"),
         "train.profile_steps": (cfg.profile_steps, "the steps run on the workers, the "
@@ -297,7 +196,7 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
                                "whichever D the servers hold; set it to False"),
         "penalties.lecam_weight": (exp.penalties.lecam_weight, "its moving averages would be "
                                    "read and written by concurrent D closures; set it to 0"),
-        "augment.ada_target": (exp.augment.config.target
+        "augment.ada_target": (exp.augment.config.ada_target
                                if isinstance(exp.augment, ada_lib.AdaptiveAugment) else None,
                                "ADA's p and r_t would be read and written by concurrent D "
                                "closures; use augment.policy (DiffAugment)"),
@@ -309,18 +208,24 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
         if value:
             raise ConfigError(f"{name}={value!r} is not available under "
                               f"strategy.kind='parameter_server': {why}")
+    train_default = config_lib.defaults(config_lib.TrainConfig)
     ignored = {
-        "train.steps_per_loop": "each closure is one update, scheduled on its own",
-        "train.resume_input": "a resumed asynchronous run starts fresh shuffles on every "
-                              "worker (which worker read which batch is not recorded)",
-        "train.deterministic": "closures run in whatever order the workers finish them",
-        ("async_train.max_staleness" if options.mode == "sample_buffer" else
-         "async_train.buffer_depth"): f"async_train.mode={options.mode!r} (buffer_depth "
-        f"bounds the rounds in flight of 'sample_buffer', max_staleness those of 'closures')",
+        "train.steps_per_loop": (cfg.steps_per_loop, train_default["steps_per_loop"],
+                                 "each closure is one update, scheduled on its own"),
+        "train.resume_input": (cfg.resume_input, train_default["resume_input"],
+                               "a resumed asynchronous run starts fresh shuffles on every "
+                               "worker (which worker read which batch is not recorded)"),
+        "train.deterministic": (cfg.deterministic, train_default["deterministic"],
+                                "closures run in whatever order the workers finish them"),
     }
-    for name, why in ignored.items():
-        value = gin_config.bound(name)
-        if value is not None:
+    # The staleness bound of the other mode (its default is no setting of the user's).
+    other = ("max_staleness" if options.mode == "sample_buffer" else "buffer_depth")
+    ignored[f"async_train.{other}"] = (
+        getattr(options, other), config_lib.defaults(config_lib.AsyncConfig)[other],
+        f"async_train.mode={options.mode!r} (buffer_depth bounds the rounds in flight of "
+        f"'sample_buffer', max_staleness those of 'closures')")
+    for name, (value, default, why) in ignored.items():
+        if value != default:
             logging.warning("%s=%r does not apply under strategy.kind='parameter_server': "
                             "%s", name, value, why)
     if exp.input_config.tuned and exp.input_config.adaptive:
@@ -328,12 +233,12 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
                      "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
 
 
-class AsyncTrainer(controller_lib.Trainer):
+class AsyncTrainer(trainer_lib.Trainer):
     """Asynchronous training of an Experiment on a parameter-server cluster, for the Controller.
 
-    A step is a round: `run(1)` schedules it, waiting first for the oldest round in
-    flight when the staleness bound is reached; `finished()` counts the rounds
-    collected in order; `settle()` waits for all (the checkpoint's barrier).
+    A step is a round: `train(1)` schedules it, waiting first for the oldest round in
+    flight when the staleness bound is reached, and reports the rounds collected in
+    order meanwhile; `state()` waits for all (the checkpoint's barrier).
     """
 
     unit = "round"
@@ -344,71 +249,65 @@ class AsyncTrainer(controller_lib.Trainer):
         self.model_dir, self.options = model_dir, options
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
             exp.strategy)
-        self.closures: _Closures = None
+        self.closures: async_closures.Closures = None
         self.inflight: _InFlight = None
         self.scheduled = 0
         self.repeated = 0  # G updates applied twice (a re-run closure), known when settled
 
-    @property
-    def max_steps_per_call(self) -> int:
-        return 1
-
-    def begin(self, start, restored, latest_checkpoint) -> str:
-        self.scheduled = start
-        self.closures = _Closures(self.exp, self.coordinator, start, self.options)
+    def _begin(self) -> None:
+        start = self.scheduled = int(self.exp.step.numpy())
+        self.closures = async_closures.Closures(self.exp, self.coordinator, start, self.options)
         watchdog = _Watchdog(self.options.stall_timeout_secs)
         watchdog.start()
-        self.inflight = _InFlight(self.exp, start, watchdog, latest_checkpoint)
+        self.inflight = _InFlight(self.exp, start, watchdog)
         _describe(self.exp, start, self.options)
+        if start:
+            logging.info("resumed asynchronous run: every worker starts a fresh shuffle")
         if self.closures.buffer is not None:
             self.closures.fill_buffer()
-        return "; every worker starts a fresh shuffle" if restored else ""
 
-    def run(self, n: int) -> None:
-        for _ in range(n):
+    def _progress(self, before: int) -> trainer_lib.Progress:
+        metrics = self.inflight.take_window()
+        metrics["async/repeated_g_updates"] = float(self.repeated)
+        log_every = self.exp.config.log_every
+        if self.inflight.finished // log_every > before // log_every:
+            logging.info("closures by worker process: %s", dict(self.inflight.by_process))
+        return trainer_lib.Progress(self.inflight.finished, self.inflight.finished - before,
+                                    metrics)
+
+    def train(self, num_steps: int) -> trainer_lib.Progress:
+        if self.inflight is None:
+            self._begin()
+        before = self.inflight.finished
+        for _ in range(num_steps):
             while len(self.inflight) >= self.options.rounds_in_flight:
                 self.inflight.finish_oldest()
             self.inflight.add(self.closures.schedule(self.scheduled))
             self.scheduled += 1
+        return self._progress(before)
 
-    def finished(self) -> int:
-        return self.inflight.finished
-
-    def settle(self) -> None:
+    def state(self) -> trainer_lib.Progress:
+        if self.inflight is None:
+            return trainer_lib.Progress(int(self.exp.step.numpy()))
+        before = self.inflight.finished
         self.inflight.drain()
-        self.exp.step.assign(self.inflight.finished)
-        self.repeated = int(self.exp.g_optimizer.iterations.numpy()) - self.inflight.finished
-
-    def metrics(self, window) -> Dict[str, float]:
-        self.exp.step.assign(self.inflight.finished)
-        metrics = self.inflight.take_window()
-        images = window.steps * self.exp.config.real_images_per_step
-        metrics["perf/step_images_per_sec"] = images / max(
-            window.wall_seconds - window.host_seconds, 1e-9)
-        metrics["async/repeated_g_updates"] = float(self.repeated)
-        metrics["async/rounds_in_flight"] = float(len(self.inflight))
-        return metrics
-
-    def progress(self, metrics) -> str:
-        age = (f"  sample age {metrics['async/sample_age']:.1f}"
-               if "async/sample_age" in metrics else "")
-        return (f"{age}  {len(self.inflight)} round(s) in flight, closures by worker process "
-                f"{dict(self.inflight.by_process)}")
-
-    def before_save(self, step: int) -> None:
+        finished = self.inflight.finished
+        self.exp.step.assign(finished)
+        self.repeated = int(self.exp.g_optimizer.iterations.numpy()) - finished
         self.inflight.store_health()
         with tf.io.gfile.GFile(os.path.join(self.model_dir, "async_workers.json"), "w") as f:
-            json.dump({"step": step, "closures_by_process": dict(self.inflight.by_process)},
+            json.dump({"step": finished, "closures_by_process": dict(self.inflight.by_process)},
                       f, indent=1)
+        return self._progress(before)
 
     def close(self) -> None:
-        controller_lib.PARKED.append(self.closures)  # the per-worker iterators: see PARKED
+        teardown.park(self.closures)  # its per-worker iterators (train/teardown.py)
         self.closures = None  # the count of finished rounds stays
 
 
 def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
     """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
-    options = config_lib.async_config()
+    options = exp.settings.async_train
     check_settings(exp, options)
     model_dir = model_dir_lib.resolve(model_dir)
     trainer = AsyncTrainer(exp, model_dir, options)

@@ -9,49 +9,12 @@ import gin
 from paragan_tf.errors import ConfigError
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainConfig:
-    """Options of the synchronous trainer. See `train_config` for their meaning."""
-
-    total_steps: int
-    batch_size: int
-    d_steps: int
-    steps_per_loop: int
-    accumulation: int
-    clip_norm: float
-    ortho_reg: float
-    ema_decay: float
-    ema_start_step: int
-    log_every: int
-    checkpoint_every: int
-    sample_every: int
-    max_to_keep: int
-    seed: int
-    simultaneous: bool = False
-    max_consecutive_skips: int = 20
-    resume_input: str = "replay"
-    deterministic: bool = False
-    recompute: bool = False
-    profile_steps: int = 0
-
-    @property
-    def real_images_per_step(self) -> int:
-        """Real images D consumes per train step, over all replicas."""
-        return self.batch_size * self.d_steps * self.accumulation
-
-
 @gin.configurable("train")
-def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps: int = 2,
-                 steps_per_loop: int = 10, accumulation: int = 1, clip_norm: float = 0.0,
-                 ortho_reg: float = 0.0, ema_decay: float = 0.999, ema_start_step: int = 0,
-                 log_every: int = 50, checkpoint_every: int = 500, sample_every: int = 500,
-                 max_to_keep: int = 3, seed: int = 0,
-                 simultaneous: bool = False, max_consecutive_skips: int = 20,
-                 resume_input: str = "replay", deterministic: bool = False,
-                 recompute: bool = False, profile_steps: int = 0) -> TrainConfig:
-    """The trainer's options, from gin.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Options of the synchronous trainer (`train.*` in gin), checked when made.
 
-    Args:
+    Attributes:
       total_steps: train steps (G updates) to reach; a resumed run continues to it.
       batch_size: global batch per micro-batch, over all replicas.
       d_steps: D updates per G update, each on a fresh real batch.
@@ -87,24 +50,48 @@ def train_config(total_steps: int = gin.REQUIRED, batch_size: int = 64, d_steps:
         progress line (tracing and start-up left out), into model_dir (TensorBoard's
         Profile tab); the chief only. Those steps run slower. 0: no trace.
     """
-    config = TrainConfig(total_steps, batch_size, d_steps, steps_per_loop, accumulation,
-                         clip_norm, ortho_reg, ema_decay, ema_start_step, log_every,
-                         checkpoint_every, sample_every, max_to_keep, seed, simultaneous,
-                         max_consecutive_skips, resume_input, deterministic, recompute,
-                         profile_steps)
-    positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
-                "log_every", "checkpoint_every", "sample_every", "max_to_keep",
-                "max_consecutive_skips")
-    for name in positive:
-        if getattr(config, name) <= 0:
-            raise ConfigError(f"train.{name}={getattr(config, name)} must be positive")
-    if not 0.0 <= ema_decay < 1.0:
-        raise ConfigError(f"train.ema_decay={ema_decay} must be in [0, 1)")
-    if resume_input not in ("replay", "reshuffle"):
-        raise ConfigError(f"train.resume_input={resume_input!r} must be 'replay' or 'reshuffle'")
-    if clip_norm < 0 or ortho_reg < 0 or profile_steps < 0:
-        raise ConfigError("train.clip_norm, train.ortho_reg and train.profile_steps must be >= 0")
-    return config
+
+    total_steps: int = gin.REQUIRED
+    batch_size: int = 64
+    d_steps: int = 2
+    steps_per_loop: int = 10
+    accumulation: int = 1
+    clip_norm: float = 0.0
+    ortho_reg: float = 0.0
+    ema_decay: float = 0.999
+    ema_start_step: int = 0
+    log_every: int = 50
+    checkpoint_every: int = 500
+    sample_every: int = 500
+    max_to_keep: int = 3
+    seed: int = 0
+    simultaneous: bool = False
+    max_consecutive_skips: int = 20
+    resume_input: str = "replay"
+    deterministic: bool = False
+    recompute: bool = False
+    profile_steps: int = 0
+
+    def __post_init__(self):
+        positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
+                    "log_every", "checkpoint_every", "sample_every", "max_to_keep",
+                    "max_consecutive_skips")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"train.{name}={getattr(self, name)} must be positive")
+        if not 0.0 <= self.ema_decay < 1.0:
+            raise ConfigError(f"train.ema_decay={self.ema_decay} must be in [0, 1)")
+        if self.resume_input not in ("replay", "reshuffle"):
+            raise ConfigError(f"train.resume_input={self.resume_input!r} must be 'replay' or "
+                              f"'reshuffle'")
+        if self.clip_norm < 0 or self.ortho_reg < 0 or self.profile_steps < 0:
+            raise ConfigError("train.clip_norm, train.ortho_reg and train.profile_steps must "
+                              "be >= 0")
+
+    @property
+    def real_images_per_step(self) -> int:
+        """Real images D consumes per train step, over all replicas."""
+        return self.batch_size * self.d_steps * self.accumulation
 
 
 def check_batch(config: TrainConfig, num_replicas: int) -> None:
@@ -115,30 +102,20 @@ def check_batch(config: TrainConfig, num_replicas: int) -> None:
             f"replicas of this strategy; use a multiple of {num_replicas}")
 
 
+def defaults(config_class) -> dict:
+    """A config class's defaults (constructing one would take gin's bindings instead)."""
+    return {f.name: f.default for f in dataclasses.fields(config_class)}
+
+
 ASYNC_MODES = ("closures", "sample_buffer")
 
 
-@dataclasses.dataclass(frozen=True)
-class AsyncConfig:
-    """Options of the asynchronous trainer. See `async_config` for their meaning."""
-
-    max_staleness: int = 2
-    stall_timeout_secs: float = 300.0
-    mode: str = "closures"
-    buffer_depth: int = 4
-
-    @property
-    def rounds_in_flight(self) -> int:
-        """Rounds scheduled at once: the staleness bound of the mode."""
-        return self.buffer_depth if self.mode == "sample_buffer" else self.max_staleness
-
-
 @gin.configurable("async_train")
-def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0,
-                 mode: str = "closures", buffer_depth: int = 4) -> AsyncConfig:
-    """Options of the asynchronous trainer.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AsyncConfig:
+    """Options of the asynchronous trainer (`async_train.*` in gin), checked when made.
 
-    Args:
+    Attributes:
       max_staleness: mode 'closures': rounds (d_steps D closures + one G closure) in
         flight at once; 1 is ParaGAN's one-step staleness, larger keeps fast workers
         busy longer when one straggles.
@@ -151,15 +128,25 @@ def async_config(max_staleness: int = 2, stall_timeout_secs: float = 300.0,
       buffer_depth: mode 'sample_buffer': batches the buffer holds, and the rounds in
         flight at once (it replaces max_staleness): the staleness bound.
     """
-    config = AsyncConfig(max_staleness, stall_timeout_secs, mode, buffer_depth)
-    if max_staleness < 1:
-        raise ConfigError(f"async_train.max_staleness={max_staleness} must be >= 1")
-    if mode not in ASYNC_MODES:
-        raise ConfigError(f"async_train.mode={mode!r} is unknown; choose one of "
-                          f"{list(ASYNC_MODES)}")
-    if buffer_depth < 1:
-        raise ConfigError(f"async_train.buffer_depth={buffer_depth} must be >= 1")
-    if stall_timeout_secs <= 0:
-        raise ConfigError(f"async_train.stall_timeout_secs={stall_timeout_secs} must be "
-                          f"positive")
-    return config
+
+    max_staleness: int = 2
+    stall_timeout_secs: float = 300.0
+    mode: str = "closures"
+    buffer_depth: int = 4
+
+    def __post_init__(self):
+        if self.max_staleness < 1:
+            raise ConfigError(f"async_train.max_staleness={self.max_staleness} must be >= 1")
+        if self.mode not in ASYNC_MODES:
+            raise ConfigError(f"async_train.mode={self.mode!r} is unknown; choose one of "
+                              f"{list(ASYNC_MODES)}")
+        if self.buffer_depth < 1:
+            raise ConfigError(f"async_train.buffer_depth={self.buffer_depth} must be >= 1")
+        if self.stall_timeout_secs <= 0:
+            raise ConfigError(f"async_train.stall_timeout_secs={self.stall_timeout_secs} "
+                              f"must be positive")
+
+    @property
+    def rounds_in_flight(self) -> int:
+        """Rounds scheduled at once: the staleness bound of the mode."""
+        return self.buffer_depth if self.mode == "sample_buffer" else self.max_staleness

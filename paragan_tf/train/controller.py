@@ -1,204 +1,123 @@
-"""One controller for both trainers: intervals, progress, the run's files, stopping.
+"""One controller for both trainers: the loop, its intervals as a table of actions, stopping.
 
-After orbit's Controller/Trainer split: a Trainer (train/loop.py's synchronous
-one, train/async_loop.py's parameter-server one) says how to run the next steps,
-when they have finished and what its progress line adds; the Controller owns
-everything around that:
+After orbit's Controller: a Trainer (train/trainer.py) runs steps; the
+Controller owns everything around them:
 
-- the intervals: a progress line and scalar summaries every `train.log_every`
-  steps, sample grids every `sample_every`, checkpoints every `checkpoint_every`,
-  evaluations every `eval.every_steps`, each on exact multiples (a trainer call
-  never runs past the next boundary), and the stop at `total_steps`;
-- the rates and the ETA: `perf/images_per_sec` and the ETA from wall time
-  between progress lines (checkpoints, samples and evaluations included: what a
-  user waits for), the trainer's call that traced its functions left out;
-- SIGTERM/SIGINT: a flag checked between calls; the run then checkpoints and
-  raises Interrupted (a second Ctrl-C gives up at once). Multi-worker mirrored
-  runs leave SIGTERM to TensorFlow's preemption handler, so every worker saves at
-  one step (train/preemption.py);
-- the checkpoint (a trainer with steps still in flight settles them first, so a
-  checkpoint always holds an exact step), `operative_config.gin`, `classes.json`,
-  `train_result.json`, and the summary writer; only the chief writes, the other
-  workers of a multi-worker run still join the collective work.
+- the loop: `trainer.train(n)` with n never past the next interval boundary, to
+  `train.total_steps`;
+- the actions, each run on exact multiples of its interval and at the end: a
+  progress line with TensorBoard scalars and a `stats.jsonl` record (`log`,
+  every `train.log_every`), sample grids (`samples`, `train.sample_every`),
+  checkpoints (`checkpoint`, `train.checkpoint_every`) and evaluations
+  (`evaluation`, `eval.every_steps`);
+- the rates and the ETA: `perf/images_per_sec` and the ETA from wall time between
+  progress lines (checkpoints, samples and evaluations included: what a user waits
+  for), `perf/step_images_per_sec` and `perf/input_wait_frac` from the trainer's
+  compute and input-wait seconds; the first call, which traces, is left out;
+- SIGTERM/SIGINT (train/preemption.py): a flag checked between calls; the run then
+  checkpoints and raises Interrupted (a second Ctrl-C gives up at once).
+  MultiWorkerMirrored runs leave SIGTERM to TensorFlow's preemption handler, so
+  every worker saves at one step;
+- the run's files (train/records.py) and the summary writer; only the chief
+  writes, the other workers of a multi-worker run still join the collective work.
 
-The trainer owns its input iterators and its cluster handles, and gives them up
-in `close()`, which the controller calls on every way out: into PARKED, never
-destroyed (see there), so bin/train.py still ends through bin/common.exit_now.
+The trainer owns its input iterators and cluster handles and gives them up in
+`close()`, which the controller calls on every way out (into train/teardown.py's
+PARKED: destroying them can block for a minute).
 """
 
 from __future__ import annotations
 
-import abc
 import dataclasses
-import json
 import os
 import signal
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List
 
 from absl import logging
-import gin
+import numpy as np
 import tensorflow as tf
 
-from paragan_tf import images as images_lib
-from paragan_tf import sampling
 from paragan_tf.data import class_list
+from paragan_tf.errors import Diverged
 from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.generate import sampling
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import preemption
+from paragan_tf.train import profiling
+from paragan_tf.train import records
+from paragan_tf.train.trainer import LEVELS, Progress, Trainer
 
 Interrupted = preemption.Interrupted
 
-# Input iterators of closed trainers, never destroyed. Destroying one can block for up to
-# a minute, in TensorFlow (2.21): tf.distribute hands a worker's batches to its replicas
-# through a MultiDeviceIterator whose per-device iterator has a tf.data autotune thread,
-# and its destructor joins that thread, which sleeps through the cancellation until its
-# next autotune period (the period doubles up to 60 s). Seen here on 2026-11-24 with gdb
-# (the main thread in RootDataset::Iterator::~Iterator waiting on its model thread,
-# Model::OptimizeLoop): 71.9 s for one MultiWorkerMirrored worker of two after a normal
-# end, 0.3 s for the other; 29 s after a SIGTERM stop, long enough for the launcher's
-# grace period to kill the worker. The input options that avoid the MultiDeviceIterator
-# (InputReplicationMode.PER_REPLICA without fetch_to_device) are refused by
-# MultiWorkerMirrored and OneDevice strategies; switching autotune off on the per-device
-# datasets (a patched multi_device_iterator_ops._create_device_dataset) still left one
-# worker 31 s in teardown (2026-11-24, 150 steps). So bin/train.py exits without
-# destructors (bin/common.exit_now) once everything is written, while they sit here.
-PARKED: list = []
-
 
 @dataclasses.dataclass
+class Action:
+    """Work the controller does every `every` steps (and after the last); 0: never."""
+
+    name: str
+    every: int
+    run: Callable[[int], None]  # called with the step the run has reached
+
+    def due(self, step: int, last: int) -> bool:
+        return bool(self.every) and (step % self.every == 0 or step == last)
+
+
 class Window:
-    """The stretch of training since the previous progress line."""
+    """What happened since the previous progress line: steps, their metrics and times."""
 
-    steps: int  # steps finished in it
-    wall_seconds: float  # from the previous line to this one
-    host_seconds: float  # of those, spent on checkpoints, samples and evaluations
+    def __init__(self):
+        self.steps = 0
+        self._means: Dict[str, List[tuple]] = {}
+        self._levels: Dict[str, float] = {}
+        self._sums = {"all": {}, "timed": {}}  # seconds of every call / of traced-out ones
+        self._steps = {"all": 0, "timed": 0}
+        self.restart_clock()
 
+    def restart_clock(self) -> None:
+        """The wall-clock rate counts from here (after the call that traced)."""
+        self.wall_start, self.clock_steps = time.perf_counter(), 0
+        self.host_seconds = 0.0  # on checkpoints, samples and evaluations
 
-class Trainer(abc.ABC):
-    """How to train: the Controller calls these, in this order, on one Experiment."""
+    def add(self, progress: Progress, timed: bool) -> None:
+        self.steps += progress.steps
+        self.clock_steps += progress.steps
+        for which in ("all", "timed") if timed else ("all",):
+            self._steps[which] += progress.steps
+            for key, value in progress.metrics.items():
+                if key.endswith("_seconds"):
+                    self._sums[which][key] = self._sums[which].get(key, 0.0) + value
+        for key, value in progress.metrics.items():
+            if key.startswith(LEVELS):
+                self._levels[key] = value
+            elif not key.endswith("_seconds") and progress.steps:
+                self._means.setdefault(key, []).append((value, progress.steps))
 
-    unit = "step"  # what the progress line counts
-    is_chief = True  # writes model_dir (the other workers of a cluster do not)
-    task_id = 0
-
-    def __init__(self, exp: experiment_lib.Experiment):
-        self.exp = exp
-
-    @property
-    @abc.abstractmethod
-    def max_steps_per_call(self) -> int:
-        """The most steps one `run` call may take."""
-
-    def begin(self, start: int, restored: bool,
-              latest_checkpoint: Callable[[], Optional[str]]) -> str:
-        """Builds the input and the step functions; training resumes at step `start`.
-
-        latest_checkpoint: the newest checkpoint's path, for error messages. Returns
-        what the "resumed from" line adds.
-        """
-        return ""
-
-    @abc.abstractmethod
-    def run(self, n: int) -> None:
-        """Runs the next `n` steps (or schedules them: see `finished`)."""
-
-    def finished(self) -> int:
-        """Steps whose updates are all applied; below the steps run while some are in flight."""
-        return int(self.exp.step.numpy())
-
-    def settle(self) -> None:
-        """Waits until every step run so far has finished (before a checkpoint)."""
-
-    def metrics(self, window: Window) -> Dict[str, float]:
-        """Metrics of `window` for the progress line and the summaries."""
-        return {}
-
-    def progress(self, metrics: Dict[str, float]) -> str:
-        """What the trainer adds at the end of the progress line."""
-        return ""
-
-    def after_log(self, step: int, metrics: Dict[str, float]) -> None:
-        """Called after each progress line (the synchronous input tuner acts here)."""
-
-    def before_save(self, step: int) -> None:
-        """Called, settled, before each checkpoint: state beside the checkpoint's own."""
-
-    def end(self, step: int) -> None:
-        """Called once the last step has finished and its checkpoint is written."""
-
-    def close(self) -> None:
-        """Gives up the input iterators and cluster handles; called on every way out."""
-
-
-class SignalFlag:
-    """Turns SIGTERM/SIGINT into a flag the controller checks between calls."""
-
-    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
-        self.signum: Optional[int] = None
-        self._signals = signals
-        self._previous = {}
-
-    def __enter__(self):
-        for sig in self._signals:
-            try:
-                self._previous[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread: leave signals alone
-                pass
-        return self
-
-    def _handle(self, signum, frame):
-        del frame
-        if self.signum is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: give up on the clean stop
-        self.signum = signum
-        logging.warning("signal %d received: finishing the current loop and saving", signum)
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-class StepProfiler:
-    """tf.profiler over `steps` train steps (whole calls), begun after the first progress line.
-
-    The first call traces and compiles; starting after the first progress line
-    keeps that and the input warm-up out of the trace. The trace lands in
-    `logdir` (TensorBoard's Profile tab).
-    """
-
-    def __init__(self, steps: int, logdir: str):
-        self.steps, self.logdir = steps, logdir
-        self.began: Optional[int] = None  # the step the trace began at
-        self.running = False
-
-    def before_call(self, step: int, logged: bool) -> None:
-        if self.steps and logged and self.began is None:
-            tf.profiler.experimental.start(self.logdir)
-            self.began, self.running = step, True
-
-    def after_call(self, step: int) -> None:
-        if self.running and step >= self.began + self.steps:
-            self.stop(step)
-
-    def stop(self, step: int) -> None:
-        if self.running:
-            tf.profiler.experimental.stop()
-            self.running = False
-            logging.info("profile of steps %d-%d: %s (TensorBoard's Profile tab)",
-                         self.began, step, self.logdir)
-
-
-def write_config(model_dir: str, writer) -> None:
-    operative = gin.operative_config_str()
-    with tf.io.gfile.GFile(os.path.join(model_dir, "operative_config.gin"), "w") as f:
-        f.write(operative)
-    with writer.as_default():
-        # Markdown code block: TensorBoard's text plugin would reflow plain text.
-        tf.summary.text("config/operative_gin",
-                        "\n".join("    " + line for line in operative.splitlines()), step=0)
+    def metrics(self, images_per_step: int) -> Dict[str, float]:
+        """Means over the window's steps, levels as they are now, and the window's rates
+        (the tracing call left out unless it is all there is)."""
+        out = dict(self._levels)
+        for key, pairs in self._means.items():
+            values, weights = np.array(pairs, dtype=np.float64).T
+            finite = np.isfinite(values)  # a step the NaN guard skipped has no losses
+            out[key] = (float(np.average(values[finite], weights=weights[finite]))
+                        if finite.any() else float("nan"))
+        which = "timed" if self._steps["timed"] else "all"
+        sums, steps = self._sums[which], self._steps[which]
+        compute = sums.get("perf/compute_seconds")
+        wall = time.perf_counter() - self.wall_start
+        if compute:
+            out["perf/step_images_per_sec"] = steps * images_per_step / compute
+            out["perf/input_wait_frac"] = sums.get("perf/input_wait_seconds", 0.0) / compute
+        elif self.clock_steps:
+            out["perf/step_images_per_sec"] = (self.clock_steps * images_per_step
+                                               / max(wall - self.host_seconds, 1e-9))
+        out["perf/images_per_sec"] = (self.clock_steps * images_per_step / wall
+                                      if self.clock_steps
+                                      else out.get("perf/step_images_per_sec", 0.0))
+        return out
 
 
 def format_eta(seconds: float) -> str:
@@ -207,41 +126,23 @@ def format_eta(seconds: float) -> str:
         f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def write_samples(exp: experiment_lib.Experiment, model_dir: str, step: int, writer,
-                  is_chief: bool = True) -> str:
-    """EMA-generator grid (rows = classes) to model_dir/samples/ and TensorBoard.
-
-    Every worker of a multi-worker run must call this: refreshing the BN
-    statistics runs cross-replica (collective) ops. Only the chief writes.
-    """
-    # Batches no larger than training's: at 512-1024 px a batch of 64 needs many GiB.
-    sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
-                                   batch_size=min(64, exp.config.batch_size),
-                                   classes=exp.classes)
-    rows = [exp.classes[i] for i in sampling.default_classes(len(exp.classes))]
-    per_class = 10 if exp.data.resolution <= 256 else 2  # one forward pass for the grid
-    grid = sampling.class_grid(exp.generator_ema, rows, per_class=per_class,
-                               seed=exp.config.seed)
-    path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
-    if not is_chief:
-        return path
-    images_lib.write_png(path, grid)
-    with writer.as_default():
-        tf.summary.image("samples/ema", grid[None], step=step)
-    return path
-
-
-def write_result(model_dir: str, metrics: Dict[str, float],
-                 eval_protocol: Optional[str] = None) -> None:
-    """The finished run's last metrics as model_dir/train_result.json (for benchmarks, sweeps).
-
-    eval_protocol: what the evaluation metrics among them measured (Evaluator.describe).
-    """
-    result: Dict[str, object] = {k: float(v) for k, v in metrics.items()}
-    if eval_protocol:
-        result["eval_protocol"] = eval_protocol
-    with tf.io.gfile.GFile(os.path.join(model_dir, "train_result.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
+def progress_line(unit: str, step: int, total: int, metrics: Dict[str, float],
+                  images_per_step: int) -> str:
+    """The line a user reads: losses, rate, ETA, and what the trainer measured."""
+    rate = metrics["perf/images_per_sec"] / images_per_step
+    eta = format_eta((total - step) / rate) if rate > 0 else "?"
+    parts = [f"{unit} {step}/{total}  loss/D {metrics.get('loss/D', float('nan')):.4f}  "
+             f"loss/G {metrics.get('loss/G', float('nan')):.4f}  "
+             f"{metrics['perf/images_per_sec']:.1f} img/s  ETA {eta}"]
+    if "perf/input_wait_frac" in metrics:
+        parts.append(f"input wait {100 * metrics['perf/input_wait_frac']:.1f}%")
+    if "augment/p" in metrics:
+        parts.append(f"ADA p {metrics['augment/p']:.3f} rt {metrics['augment/rt']:.2f}")
+    if "async/sample_age" in metrics:
+        parts.append(f"sample age {metrics['async/sample_age']:.1f}")
+    if "async/rounds_in_flight" in metrics:
+        parts.append(f"{metrics['async/rounds_in_flight']:.0f} round(s) in flight")
+    return "  ".join(parts)
 
 
 class Controller:
@@ -261,121 +162,144 @@ class Controller:
         finally:
             self.trainer.close()
 
-    def _run(self) -> Dict[str, float]:
+    def _setup(self) -> None:
         exp, trainer, model_dir = self.exp, self.trainer, self.model_dir
-        cfg, strategy = exp.config, exp.strategy
         is_chief = trainer.is_chief
         tf.io.gfile.makedirs(model_dir)
         logging.info("%s", class_list.describe(exp.source.class_names))
         class_list.keep_or_check(model_dir, exp.source.class_names, exp.data.name,
                                  write=is_chief)
-        ckpt = checkpoints.Checkpointer(model_dir, cfg.max_to_keep, is_chief, trainer.task_id,
-                                        **exp.trackables())
+        self.ckpt = checkpoints.Checkpointer(model_dir, exp.config.max_to_keep, is_chief,
+                                             trainer.task_id, **exp.trackables())
         # Multi-worker mirrored: SIGTERM is TensorFlow's handler's business, so that every
         # worker saves at the same step; this process then only handles SIGINT.
-        handler = None
-        if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            handler = preemption.MultiWorkerPreemption(strategy, ckpt, cfg.max_to_keep,
-                                                       trainer.finished)
-        restored = ckpt.restore_latest()
-        start = int(exp.step.numpy())
-        writer = tf.summary.create_file_writer(
-            model_dir if is_chief else os.path.join(model_dir, ".workers",
-                                                    str(trainer.task_id)))
+        self.handler = None
+        if isinstance(exp.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            self.handler = preemption.MultiWorkerPreemption(
+                exp.strategy, self.ckpt, exp.config.max_to_keep,
+                lambda: int(exp.step.numpy()))
+        restored = self.ckpt.restore_latest()
+        self.writer = tf.summary.create_file_writer(
+            model_dir if is_chief else os.path.join(model_dir, ".workers", str(trainer.task_id)))
+        self.stats = records.Stats(model_dir, write=is_chief)
         if is_chief:
-            write_config(model_dir, writer)
-        note = trainer.begin(start, restored is not None, lambda: ckpt.latest)
+            records.write_config(model_dir, exp.operative_config, self.writer)
         if restored:
-            logging.info("resumed from %s at %s %d%s", restored, trainer.unit, start, note)
-        eval_every = evaluator_lib.eval_config().every_steps
+            logging.info("resumed from %s at %s %d, weights digest %s", restored, trainer.unit,
+                         int(exp.step.numpy()), experiment_lib.weights_digest(exp))
         # Every worker evaluates (generation runs collectives); the chief writes.
-        evaluator = (evaluator_lib.Evaluator(exp, model_dir, write=is_chief) if eval_every
-                     else None)
-        profiler = StepProfiler(cfg.profile_steps if is_chief else 0, model_dir)
+        self.evaluator = (evaluator_lib.Evaluator(exp, model_dir, write=is_chief)
+                          if exp.eval_config.every_steps else None)
 
-        def save() -> str:
-            trainer.settle()
-            step = trainer.finished()
-            trainer.before_save(step)
-            return ckpt.save(step)
-
-        metrics: Dict[str, float] = {}
-        t_begin = time.perf_counter()
-        wall_since, wall_step, host_seconds, logged = None, start, 0.0, False
-        scheduled = start
-        signals = (signal.SIGINT,) if handler else (signal.SIGTERM, signal.SIGINT)
-        with SignalFlag(signals) as flag:
-            while scheduled < cfg.total_steps and flag.signum is None:
-                intervals = (cfg.log_every, cfg.checkpoint_every, cfg.sample_every) + (
-                    (eval_every,) if eval_every else ())
-                boundary = min(cfg.total_steps,
-                               *(scheduled - scheduled % k + k for k in intervals))
-                n = min(trainer.max_steps_per_call, boundary - scheduled)
-                profiler.before_call(scheduled, logged)
-                trainer.run(n)
-                scheduled += n
-                profiler.after_call(scheduled)
-                if wall_since is None:  # the first call traced: the rates begin after it
-                    wall_since, wall_step = time.perf_counter(), trainer.finished()
-                if scheduled == cfg.total_steps:
-                    trainer.settle()  # the last progress line counts every step
-                if scheduled % cfg.log_every == 0 or scheduled == cfg.total_steps:
-                    step, now = trainer.finished(), time.perf_counter()
-                    window = Window(step - wall_step, now - wall_since, host_seconds)
-                    metrics = self._log(step, window, writer)
-                    wall_since, wall_step, host_seconds, logged = now, step, 0.0, True
-                host_start = time.perf_counter()
-                if scheduled % cfg.sample_every == 0 or scheduled == cfg.total_steps:
-                    path = write_samples(exp, model_dir, trainer.finished(), writer, is_chief)
-                    if is_chief:
-                        logging.info("samples: %s", path)
-                if scheduled % cfg.checkpoint_every == 0 or scheduled == cfg.total_steps:
-                    logging.info("checkpoint: %s", save())
-                if evaluator and (scheduled % eval_every == 0 or scheduled == cfg.total_steps):
-                    # The best checkpoint is kept by copying it: evaluate saved weights only.
-                    path = ckpt.latest if ckpt.saved_step == scheduled else save()
-                    metrics.update(evaluator.evaluate(scheduled, path, writer))
-                host_seconds += time.perf_counter() - host_start
-                if handler:
-                    handler.check(trainer.finished())
-            profiler.stop(scheduled)
+    def _run(self) -> Dict[str, float]:
+        self._setup()
+        exp, trainer, cfg = self.exp, self.trainer, self.exp.config
+        total = cfg.total_steps
+        self.step = self.scheduled = int(exp.step.numpy())
+        self.window, self.metrics = Window(), {}
+        profiler = profiling.StepProfiler(cfg.profile_steps if trainer.is_chief else 0,
+                                          self.model_dir)
+        actions = [Action("log", cfg.log_every, self._log),
+                   Action("samples", cfg.sample_every, self._samples),
+                   Action("checkpoint", cfg.checkpoint_every, self._checkpoint),
+                   Action("evaluation", exp.eval_config.every_steps, self._evaluate)]
+        begun, calls = time.perf_counter(), 0
+        signals = (signal.SIGINT,) if self.handler else (signal.SIGTERM, signal.SIGINT)
+        with preemption.SignalFlag(signals) as flag:
+            while self.scheduled < total and flag.signum is None:
+                boundary = min([total] + [self.scheduled - self.scheduled % a.every + a.every
+                                          for a in actions if a.every])
+                n = min(trainer.steps_per_call, boundary - self.scheduled)
+                profiler.before_call(self.scheduled, logged=bool(self.metrics))
+                progress = self._guarded(trainer.train, n)
+                self.scheduled += n
+                profiler.after_call(self.scheduled)
+                self._add(progress, timed=calls > 0)
+                if self.scheduled == total:  # the last progress line counts every step
+                    self._add(self._guarded(trainer.state))
+                if calls == 0:  # the first call traced: the wall-clock rate begins after it
+                    self.window.restart_clock()
+                calls += 1
+                for action in actions:
+                    if action.due(self.scheduled, total):
+                        began = time.perf_counter()
+                        action.run(self.scheduled)
+                        if action.name != "log":
+                            self.window.host_seconds += time.perf_counter() - began
+                if self.handler:
+                    self.handler.check(self.step)
+            profiler.stop(self.scheduled)
             if flag.signum is not None:
-                trainer.settle()
-                if ckpt.saved_step != trainer.finished():
-                    logging.info("checkpoint: %s", save())
-                writer.flush()
-                raise Interrupted(flag.signum, trainer.finished())
-        writer.flush()
-        trainer.settle()
-        step = trainer.finished()
-        if ckpt.saved_step != step:
-            save()
-        trainer.end(step)
-        metrics.update(step=step, wall_seconds=time.perf_counter() - t_begin)
-        if is_chief:
-            write_result(model_dir, metrics, evaluator.describe() if evaluator else None)
-        return metrics
+                self._add(self._guarded(trainer.state))
+                if self.ckpt.saved_step != self.step:
+                    self._save()
+                self.writer.flush()
+                raise Interrupted(flag.signum, self.step)
+        self.writer.flush()
+        self._add(self._guarded(trainer.state))
+        if self.ckpt.saved_step != self.step:
+            self._save()
+        # Replicas must hold identical weights; the digest lets anyone compare workers' logs.
+        logging.info("final weights digest %s", experiment_lib.weights_digest(exp))
+        self.metrics.update(step=self.step, wall_seconds=time.perf_counter() - begun)
+        self.stats.append("end", self.step, {})
+        if trainer.is_chief:
+            records.write_result(self.model_dir, self.metrics,
+                                 self.evaluator.describe() if self.evaluator else None)
+        return self.metrics
 
-    def _log(self, step: int, window: Window, writer) -> Dict[str, float]:
+    def _guarded(self, call, *args) -> Progress:
+        """A trainer call; the NaN guard's error names the checkpoint to go back to."""
+        try:
+            return call(*args)
+        except Diverged as e:
+            raise Diverged(f"{e}; the newest checkpoint ({self.ckpt.latest}) holds the last "
+                           f"finite weights: lower the learning rates or check the input "
+                           f"data") from None
+
+    def _add(self, progress: Progress, timed: bool = True) -> None:
+        self.step = progress.step
+        self.window.add(progress, timed)
+
+    def _save(self) -> str:
+        self._add(self._guarded(self.trainer.state))
+        return self.ckpt.save(self.step)
+
+    def _log(self, scheduled: int) -> None:
         exp, cfg = self.exp, self.exp.config
-        metrics = self.trainer.metrics(window)
-        images = window.steps * cfg.real_images_per_step
-        if window.steps:
-            metrics["perf/images_per_sec"] = images / window.wall_seconds
-        metrics.setdefault("perf/images_per_sec", metrics.get("perf/step_images_per_sec", 0.0))
+        del scheduled  # the line reports the steps that finished
+        metrics = self.window.metrics(cfg.real_images_per_step)
         metrics.setdefault("health/skipped_steps", float(exp.health.skipped.numpy()))
         if exp.source.corrupt is not None:
             metrics["health/corrupt_images"] = float(exp.source.corrupt.count)
         metrics["lr/G"] = float(tf.convert_to_tensor(exp.g_optimizer.learning_rate))
         metrics["lr/D"] = float(tf.convert_to_tensor(exp.d_optimizer.learning_rate))
-        with writer.as_default():
+        with self.writer.as_default():
             for key, value in metrics.items():
-                tf.summary.scalar(key, value, step=step)
-        rate = metrics["perf/images_per_sec"] / cfg.real_images_per_step
-        eta = (cfg.total_steps - step) / rate if rate > 0 else float("inf")
-        logging.info("%s %d/%d  loss/D %.4f  loss/G %.4f  %.1f img/s  ETA %s%s", self.trainer.unit,
-                     step, cfg.total_steps, metrics.get("loss/D", float("nan")),
-                     metrics.get("loss/G", float("nan")), metrics["perf/images_per_sec"],
-                     format_eta(eta) if eta != float("inf") else "?", self.trainer.progress(metrics))
-        self.trainer.after_log(step, metrics)
-        return metrics
+                tf.summary.scalar(key, value, step=self.step)
+        self.stats.append("log", self.step, dict(total_steps=cfg.total_steps, **metrics))
+        logging.info("%s", progress_line(self.trainer.unit, self.step, cfg.total_steps, metrics,
+                                         cfg.real_images_per_step))
+        if not all(np.isfinite(v) for v in metrics.values()):
+            logging.warning("non-finite metrics at step %d: %s", self.step, metrics)
+        self.metrics = metrics
+        self.window = Window()
+
+    def _samples(self, scheduled: int) -> None:
+        del scheduled
+        path = sampling.write_grid(self.exp, self.model_dir, self.step, self.writer,
+                                   self.trainer.is_chief)
+        if self.trainer.is_chief:
+            logging.info("samples: %s", path)
+
+    def _checkpoint(self, scheduled: int) -> None:
+        del scheduled
+        logging.info("checkpoint: %s", self._save())
+
+    def _evaluate(self, scheduled: int) -> None:
+        # The best checkpoint is kept by copying it: evaluate saved weights only.
+        path = self.ckpt.latest if self.ckpt.saved_step == scheduled else self._save()
+        result = self.evaluator.evaluate(self.step, path, self.writer)
+        self.metrics.update(result)
+        self.stats.append("eval", self.step, dict(protocol=self.evaluator.protocol["name"],
+                                                  **result, **self.evaluator.timings))

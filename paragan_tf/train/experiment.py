@@ -1,36 +1,83 @@
 """Everything a run is made of, built from the frozen gin config.
 
-`build()` is the single place that turns configuration into objects: the
-strategy, the data source, G, D, EMA G, both optimizers and the step counter,
-all created inside `strategy.scope()`. The trainer, the sampler and the dry run
-all start here.
+This module is the one place gin is read: `Settings.read()` makes every option
+object of a run (each a gin-configurable dataclass, checked as it is made),
+`build()` turns them into objects: the strategy, the data source, G, D, EMA G
+(whose constructors are configurable themselves), both optimizers and the step
+counter, all created inside `strategy.scope()`. Every other module receives
+these plain objects. The trainers, the sampler, the evaluator and the dry run
+all start here; `parse()` parses gin files after every configurable is
+registered (importing this module imports them all).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, List, Optional
+import hashlib
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from absl import logging
+import gin
+import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf import ada as ada_lib
-from paragan_tf import augment as augment_lib
+from paragan_tf import config as gin_config
 from paragan_tf import layout as layout_lib
-from paragan_tf import losses
-from paragan_tf import memory as memory_lib
-from paragan_tf import penalties as penalties_lib
 from paragan_tf.data import class_groups
+from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
+from paragan_tf.distribute import cluster
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.eval.config import EvalConfig
 from paragan_tf.models import biggan
+from paragan_tf.objective import ada as ada_lib
+from paragan_tf.objective import augment as augment_lib
+from paragan_tf.objective import losses
+from paragan_tf.objective import penalties as penalties_lib
+from paragan_tf.scale import memory as memory_lib
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import ema as ema_lib
 from paragan_tf.train import optimizers
+
+
+def parse(gin_files: Sequence[str], gin_bindings: Sequence[str], finalize: bool = True) -> None:
+    """Parses gin files and bindings (config.parse) with every configurable registered, so
+    a binding that names something unknown is an error here, not a silent no-op."""
+    gin_config.parse(gin_files, gin_bindings, finalize=finalize)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every option object of a run, read from the parsed gin config by `read()`."""
+
+    train: config_lib.TrainConfig
+    data: data_config.DatasetConfig
+    inputs: tuning.InputConfig
+    eval: EvalConfig
+    async_train: config_lib.AsyncConfig
+    strategy: strategy_lib.StrategyConfig
+    cluster: cluster.ClusterConfig
+    augment: augment_lib.AugmentConfig
+    penalties: penalties_lib.Penalties
+
+    @staticmethod
+    def read_cluster() -> Tuple[strategy_lib.StrategyConfig, cluster.ClusterConfig]:
+        """The strategy and cluster options alone: all a parameter-server task needs
+        before it serves (it is started with whatever flags, maybe no experiment)."""
+        return strategy_lib.StrategyConfig(), cluster.ClusterConfig()
+
+    @classmethod
+    def read(cls) -> "Settings":
+        """The options the current gin config binds (ConfigError names a bad one)."""
+        return cls(train=config_lib.TrainConfig(), data=data_config.DatasetConfig(),
+                   inputs=tuning.InputConfig(), eval=EvalConfig(),
+                   async_train=config_lib.AsyncConfig(),
+                   strategy=strategy_lib.StrategyConfig(), cluster=cluster.ClusterConfig(),
+                   augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties())
 
 
 @dataclasses.dataclass
@@ -43,8 +90,9 @@ class Health:
 
 @dataclasses.dataclass
 class Experiment:
+    settings: Settings
     config: config_lib.TrainConfig
-    data: pipeline.DatasetConfig
+    data: data_config.DatasetConfig
     input_config: tuning.InputConfig
     source: datasets.Source
     strategy: tf.distribute.Strategy
@@ -64,6 +112,8 @@ class Experiment:
     augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     penalties: penalties_lib.Penalties = penalties_lib.Penalties()
     lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
+    # gin's operative config once everything is built: what operative_config.gin records.
+    operative_config: str = ""
 
     def trackables(self) -> dict:
         """What a checkpoint holds."""
@@ -77,15 +127,20 @@ class Experiment:
                        if isinstance(self.augment, ada_lib.AdaptiveAugment) else {}))
 
 
-def build(strategy: Optional[tf.distribute.Strategy] = None,
-          check_data: bool = True) -> Experiment:
-    """Builds the run described by the current gin config. Raises ConfigError on bad settings.
+    @property
+    def eval_config(self) -> EvalConfig:
+        return self.settings.eval
+
+
+def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = True,
+          settings: Optional[Settings] = None) -> Experiment:
+    """Builds the run described by `settings` (default: read from the current gin config).
+    Raises ConfigError on bad settings.
 
     check_data=False skips the check that the data is present (dry runs).
     """
-    config = config_lib.train_config()
-    data = pipeline.dataset_config()
-    input_config = tuning.input_config()
+    settings = settings or Settings.read()
+    config, data, input_config = settings.train, settings.data, settings.inputs
     if data.resolution not in biggan.G_ARCH:
         raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
                           f"choose one of {sorted(biggan.G_ARCH)}")
@@ -99,12 +154,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         input_config = dataclasses.replace(input_config, prepared=True, num_shards=shards)
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
-    augment_settings = augment_lib.augment_config()
-    ada_config = (ada_lib.check(augment_settings.ada_target, augment_settings.ada_interval,
-                                augment_settings.ada_speed_kimg)
-                  if augment_settings.ada_target is not None else None)
-    penalties = penalties_lib.penalties_config()
-    strategy = strategy or strategy_lib.make_strategy()
+    augment_settings, penalties = settings.augment, settings.penalties
+    strategy = strategy or strategy_lib.make_strategy(settings.strategy, settings.cluster)
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
@@ -146,18 +197,32 @@ def build(strategy: Optional[tf.distribute.Strategy] = None,
         lecam_state = (tf.Variable([0.0, 0.0], trainable=False, name="lecam_state",
                                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
                        if penalties.lecam_weight > 0 else None)
-        augment = (ada_lib.AdaptiveAugment(ada_config) if ada_config else
-                   augment_lib.DiffAugment(augment_settings.policy)
-                   if augment_settings.policy else None)
+        augment = (ada_lib.AdaptiveAugment(augment_settings)
+                   if augment_settings.ada_target is not None else
+                   augment_lib.DiffAugment(augment_settings.transforms)
+                   if augment_settings.transforms else None)
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
-    return Experiment(config, data, input_config, source, strategy, generator, discriminator,
-                      generator_ema, g_optimizer, d_optimizer, step, health, input_state, ema,
-                      loss_fn, classes, layout, augment, penalties, lecam_state)
+    return Experiment(settings=settings, config=config, data=data, input_config=input_config,
+                      source=source, strategy=strategy, generator=generator,
+                      discriminator=discriminator, generator_ema=generator_ema,
+                      g_optimizer=g_optimizer, d_optimizer=d_optimizer, step=step,
+                      health=health, input_state=input_state, ema=ema, loss_fn=loss_fn,
+                      classes=classes, layout=layout, augment=augment, penalties=penalties,
+                      lecam_state=lecam_state, operative_config=gin.operative_config_str())
+
+
+def weights_digest(exp: Experiment) -> str:
+    """sha256 of this process's copy of every G, D and EMA G variable, in order."""
+    digest = hashlib.sha256()
+    for model in (exp.generator, exp.discriminator, exp.generator_ema):
+        for variable in model.variables:
+            digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def memory_plan(exp: Experiment, memory_gib: Optional[float] = None) -> dict:
-    """Per-replica memory of this run (see memory.py); the largest batch fitting
+    """Per-replica memory of this run (see scale/memory.py); the largest batch fitting
     `memory_gib` GiB, or the detected device's memory when None."""
     plan = memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
                            exp.g_optimizer, exp.d_optimizer, exp.config.accumulation)

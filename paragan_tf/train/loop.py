@@ -18,22 +18,22 @@ The NaN guard (train/step.py) skips non-finite steps; the trainer counts them
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import Dict, Optional
 
 from absl import logging
-import numpy as np
 import tensorflow as tf
 
-from paragan_tf import ada as ada_lib
 from paragan_tf.data import pipeline
 from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
 from paragan_tf.errors import Diverged
+from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import controller as controller_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import step as step_lib
+from paragan_tf.train import teardown
+from paragan_tf.train import trainer as trainer_lib
 
 Interrupted = controller_lib.Interrupted
 
@@ -135,17 +135,14 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
     return loop
 
 
-def weights_digest(exp: experiment_lib.Experiment) -> str:
-    """sha256 of this process's copy of every G, D and EMA G variable, in order."""
-    digest = hashlib.sha256()
-    for model in (exp.generator, exp.discriminator, exp.generator_ema):
-        for variable in model.variables:
-            digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
-    return digest.hexdigest()[:16]
+class SyncTrainer(trainer_lib.Trainer):
+    """Synchronous training of an Experiment, for the Controller.
 
-
-class SyncTrainer(controller_lib.Trainer):
-    """Synchronous training of an Experiment, for the Controller."""
+    The input streams are built at the first `train` call, from the step the
+    controller restored. Every `train.log_every` steps the input tuner sees the
+    input wait fraction of the steps since it last looked; when it raises read
+    parallelism and prefetch, the real-image stream is rebuilt with them.
+    """
 
     def __init__(self, exp: experiment_lib.Experiment):
         super().__init__(exp)
@@ -155,30 +152,22 @@ class SyncTrainer(controller_lib.Trainer):
         # Multi-worker: only the chief writes to model_dir; the others must still
         # take part in saves (collective), into scratch folders.
         self.is_chief = strategy.extended.should_checkpoint
+        self.steps_per_call = exp.config.steps_per_loop
         self.tuner = tuning.InputTuner(exp.input_config)
-        self.real_it = self.noise_it = None
+        self.loop = self.real_it = self.noise_it = self._service = None
         self._retired = []  # streams the tuner replaced: see `close`
-        self._service = None
-        # The current call's, and the window's: steps, seconds, seconds waiting for input.
-        self._last = (0, 0.0, 0.0)
-        self._window = [0, 0.0, 0.0]
         self._calls = 0
-        self._out: Dict[str, float] = {}
+        self._tuner_window = [0.0, 0.0]  # seconds waiting for input, seconds in all
 
-    @property
-    def max_steps_per_call(self) -> int:
-        return self.exp.config.steps_per_loop
-
-    def begin(self, start, restored, latest_checkpoint) -> str:
+    def _begin(self) -> None:
         exp, cfg = self.exp, self.exp.config
-        self.latest_checkpoint = latest_checkpoint
+        start = self.step = int(exp.step.numpy())
         # The input streams continue from the checkpoint's input state (see the module doc).
         self.noise_seed, self.real_seed, real_start = (int(v) for v in exp.input_state.numpy())
-        if restored and cfg.resume_input == "reshuffle":
+        if start and cfg.resume_input == "reshuffle":  # a resumed run
             self.real_seed, real_start = self.real_seed * 31 + start, start
         if exp.input_config.service_workers:
             self._service = service_lib.LocalDataService(exp.input_config.service_workers)
-        self.step = start
         self.real_it = self._real_iterator(self.real_seed, real_start)
         self.noise_it = noise_batches(exp, self.noise_seed, start)
         self.loop = make_loop_fn(exp, make_gan_step(exp))
@@ -187,7 +176,6 @@ class SyncTrainer(controller_lib.Trainer):
         logging.info("training %s (classes %s) from step %d to %d on %d replica(s), global "
                      "batch %d", exp.source.name, classes, start, cfg.total_steps,
                      exp.strategy.num_replicas_in_sync, cfg.batch_size)
-        return f", weights digest {weights_digest(exp)}" if restored else ""
 
     def _real_iterator(self, seed: int, first_step: int):
         """The real-image stream `seed` begun at `first_step`, positioned at the current step."""
@@ -198,65 +186,45 @@ class SyncTrainer(controller_lib.Trainer):
         return real_batches(self.exp, seed, self.tuner.tuning, self._service,
                             self.step - first_step)
 
-    def run(self, n: int) -> None:
-        cfg = self.exp.config
+    def train(self, num_steps: int) -> trainer_lib.Progress:
+        exp, cfg = self.exp, self.exp.config
+        if self.loop is None:
+            self._begin()
         t0 = time.perf_counter()
-        out, wait = self.loop(self.real_it, self.noise_it, tf.constant(n, tf.int64))
-        self._out = {k: float(v) for k, v in out.items()}
-        elapsed = time.perf_counter() - t0
-        self._last = (n, elapsed, float(wait))
-        if self._calls:  # the first call includes tracing: keep it out of the rates
-            self._window = [a + b for a, b in zip(self._window, self._last)]
-        self._calls += 1
-        self.step = int(self.exp.step.numpy())
-        consecutive = int(self.exp.health.consecutive.numpy())
+        out, wait = self.loop(self.real_it, self.noise_it, tf.constant(num_steps, tf.int64))
+        seconds, wait = time.perf_counter() - t0, float(wait)
+        self.step = int(exp.step.numpy())
+        consecutive = int(exp.health.consecutive.numpy())
         if consecutive >= cfg.max_consecutive_skips:
             raise Diverged(
                 f"{consecutive} consecutive steps (to step {self.step}) had a non-finite loss "
                 f"or gradient and were skipped (train.max_consecutive_skips="
-                f"{cfg.max_consecutive_skips}); the newest checkpoint "
-                f"({self.latest_checkpoint()}) holds the last finite weights: lower the "
-                f"learning rates or check the input data")
-
-    def finished(self) -> int:
-        return self.step
-
-    def metrics(self, window) -> Dict[str, float]:
-        steps, seconds, wait = self._window if self._window[0] else self._last
-        metrics = dict(self._out)
-        metrics["perf/step_images_per_sec"] = (steps / seconds *
-                                               self.exp.config.real_images_per_step)
-        metrics["perf/input_wait_frac"] = wait / seconds
-        augment = self.exp.augment
-        if isinstance(augment, ada_lib.AdaptiveAugment):  # its p and overfitting heuristic
-            metrics["augment/p"] = float(augment.p.numpy())
-            metrics["augment/rt"] = float(augment.rt.numpy())
-        if self.exp.input_config.tuned:
+                f"{cfg.max_consecutive_skips})")
+        metrics = {k: float(v) for k, v in out.items()}
+        metrics.update({"perf/compute_seconds": seconds, "perf/input_wait_seconds": wait,
+                        "health/skipped_steps": float(exp.health.skipped.numpy())})
+        if isinstance(exp.augment, ada_lib.AdaptiveAugment):  # its p and overfitting heuristic
+            metrics["augment/p"] = float(exp.augment.p.numpy())
+            metrics["augment/rt"] = float(exp.augment.rt.numpy())
+        if exp.input_config.tuned:
             metrics["perf/read_parallelism"] = self.tuner.tuning.read_parallelism
             metrics["perf/prefetch_depth"] = self.tuner.tuning.prefetch
-        self._window = [0, 0.0, 0.0]
-        return metrics
-
-    def progress(self, metrics) -> str:
-        ada = (f"  ADA p {metrics['augment/p']:.3f} rt {metrics['augment/rt']:.2f}"
-               if "augment/p" in metrics else "")
-        return f"  input wait {100 * metrics['perf/input_wait_frac']:.1f}%{ada}"
-
-    def after_log(self, step, metrics) -> None:
-        if self.tuner.observe(metrics["perf/input_wait_frac"]):
-            self._retired.append(self.real_it)
-            self.real_seed += 7919  # a fresh shuffle under the new read settings
-            self.real_it = self._real_iterator(self.real_seed, step)
-        if not all(np.isfinite(v) for v in self._out.values()):
-            logging.warning("non-finite metrics at step %d: %s", step, self._out)
-
-    def end(self, step: int) -> None:
-        # Replicas must hold identical weights; the digest lets anyone compare workers' logs.
-        logging.info("final weights digest %s", weights_digest(self.exp))
+        # The tuner looks at the steps since it last looked, the tracing call left out
+        # unless it is all there is; a new stream begins at the step it changes.
+        if self._calls or self.step % cfg.log_every == 0:
+            self._tuner_window = [a + b for a, b in zip(self._tuner_window, (wait, seconds))]
+        self._calls += 1
+        if self.step % cfg.log_every == 0 or self.step == cfg.total_steps:
+            waited, total = self._tuner_window
+            self._tuner_window = [0.0, 0.0]
+            if total and self.tuner.observe(waited / total):
+                self._retired.append(self.real_it)
+                self.real_seed += 7919  # a fresh shuffle under the new read settings
+                self.real_it = self._real_iterator(self.real_seed, self.step)
+        return trainer_lib.Progress(self.step, num_steps, metrics)
 
     def close(self) -> None:
-        controller_lib.PARKED.extend([self.real_it, self.noise_it, self._service,
-                                      *self._retired])
+        teardown.park(self.real_it, self.noise_it, self._service, *self._retired)
         self.real_it = self.noise_it = self._service = None
         self._retired.clear()
 

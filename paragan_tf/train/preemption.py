@@ -1,5 +1,8 @@
-"""Preemption of a MultiWorkerMirrored run: every worker checkpoints at one step, then stops.
+"""Stopping on a signal: a checkpoint first, then Interrupted.
 
+A single process (and SIGINT everywhere): SignalFlag turns SIGTERM/SIGINT into a
+flag the controller checks between trainer calls. A MultiWorkerMirrored run
+leaves SIGTERM to TensorFlow, so that every worker checkpoints at one step:
 TensorFlow's PreemptionCheckpointHandler watches for SIGTERM on each worker,
 agrees through the coordination service on the step at which all workers
 save, and calls our save function there; we then raise Interrupted instead of
@@ -14,8 +17,9 @@ Checkpointer (chief to model_dir, others to scratch).
 from __future__ import annotations
 
 import signal
-from typing import Callable
+from typing import Callable, Optional
 
+from absl import logging
 import tensorflow as tf
 
 from paragan_tf.train import checkpoints
@@ -55,3 +59,31 @@ class MultiWorkerPreemption:
     def check(self, step: int) -> None:
         """Saves and raises Interrupted once any worker was told to stop."""
         self._handler.save_checkpoint_if_preempted(step)
+
+
+class SignalFlag:
+    """Turns SIGTERM/SIGINT into a flag the controller checks between calls."""
+
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
+        self.signum: Optional[int] = None
+        self._signals = signals
+        self._previous = {}
+
+    def __enter__(self):
+        for sig in self._signals:
+            try:
+                self._previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        del frame
+        if self.signum is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: give up on the clean stop
+        self.signum = signum
+        logging.warning("signal %d received: finishing the current loop and saving", signum)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

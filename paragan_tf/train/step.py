@@ -25,11 +25,11 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf import ada as ada_lib
-from paragan_tf import augment as augment_lib
-from paragan_tf import losses as losses_lib
-from paragan_tf import penalties as penalties_lib
-from paragan_tf import regularizers
+from paragan_tf.objective import ada as ada_lib
+from paragan_tf.objective import augment as augment_lib
+from paragan_tf.objective import losses as losses_lib
+from paragan_tf.objective import penalties as penalties_lib
+from paragan_tf.objective import regularizers
 
 Batch = Tuple[tf.Tensor, tf.Tensor]
 
@@ -59,7 +59,7 @@ class StepConfig:
     # then both applied (G_{t+1} against D_t instead of D_{t+1}).
     simultaneous: bool = False
     # What D's inputs go through (augment.DiffAugment, ada.AdaptiveAugment), and D's
-    # output regularisers (penalties.py).
+    # output regularisers (objective/penalties.py).
     augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     penalties: penalties_lib.Penalties = penalties_lib.Penalties()
 
@@ -147,7 +147,7 @@ class GANStep:
         return loss, grads, real_logits, fake_logits
 
     def _d_penalties(self, inputs, labels, real_logits, fake_logits, z) -> tf.Tensor:
-        """D's output regularisers per (fake, real) pair, float32 (penalties.py)."""
+        """D's output regularisers per (fake, real) pair, float32 (objective/penalties.py)."""
         p = self.config.penalties
         terms = tf.zeros_like(real_logits, tf.float32)
         if p.input_gradients:

@@ -127,31 +127,39 @@ def seed_from(noise: tf.Tensor, salt: int) -> tf.Tensor:
     return tf.stack([bits[0], bits[1] ^ salt])
 
 
-@dataclasses.dataclass(frozen=True)
-class AugmentSettings:
-    policy: Tuple[str, ...] = ()  # DiffAugment's transforms
-    ada_target: Optional[float] = None  # ADA (ada.py) when set
-    ada_interval: int = 4
-    ada_speed_kimg: float = 500.0
-
-
 @gin.configurable("augment")
-def augment_config(policy: str = "", ada_target: Optional[float] = None, ada_interval: int = 4,
-                   ada_speed_kimg: float = 500.0) -> AugmentSettings:
-    """What D's inputs go through; nothing unless configured. One of:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AugmentConfig:
+    """What D's inputs go through (`augment.*` in gin); nothing unless configured. One of:
 
-    Args:
+    Attributes:
       policy: DiffAugment's comma-separated transforms, e.g. 'color,translation,cutout'.
       ada_target: ADA's target for r_t = E[sign(D(real))] (the reference's 0.6); turns
         ADA on (ada.py).
       ada_interval: D updates between ADA's adjustments of p.
       ada_speed_kimg: thousand real images over which p can move from 0 to 1.
     """
-    parts = tuple(p.strip() for p in policy.split(",") if p.strip())
-    if parts:
-        DiffAugment(parts)  # names checked before any work
-    if parts and ada_target is not None:
-        raise ConfigError(f"augment.policy={policy!r} and augment.ada_target={ada_target} "
-                          f"are alternatives: DiffAugment's fixed transforms or ADA's "
-                          f"adaptive ones; set one")
-    return AugmentSettings(parts, ada_target, ada_interval, ada_speed_kimg)
+
+    policy: str = ""
+    ada_target: Optional[float] = None
+    ada_interval: int = 4
+    ada_speed_kimg: float = 500.0
+
+    def __post_init__(self):
+        if self.transforms:
+            DiffAugment(self.transforms)  # names checked before any work
+        if self.transforms and self.ada_target is not None:
+            raise ConfigError(f"augment.policy={self.policy!r} and augment.ada_target="
+                              f"{self.ada_target} are alternatives: DiffAugment's fixed "
+                              f"transforms or ADA's adaptive ones; set one")
+        if self.ada_target is not None and not -1.0 < self.ada_target < 1.0:
+            # r_t = E[sign(D(real))] lies in [-1, 1]
+            raise ConfigError(f"augment.ada_target={self.ada_target} must be in (-1, 1)")
+        if self.ada_interval < 1 or self.ada_speed_kimg <= 0:
+            raise ConfigError(f"augment.ada_interval={self.ada_interval} must be >= 1 and "
+                              f"augment.ada_speed_kimg={self.ada_speed_kimg} > 0")
+
+    @property
+    def transforms(self) -> Tuple[str, ...]:
+        """DiffAugment's transforms, in order (empty: no DiffAugment)."""
+        return tuple(p.strip() for p in self.policy.split(",") if p.strip())

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf import images as images_lib
 from paragan_tf.data import class_groups
+from paragan_tf.generate import images as images_lib
 from paragan_tf.models import layers
 
 
@@ -105,3 +106,25 @@ def class_interpolation(generator: keras.Model, pairs: Sequence[Sequence[int]], 
     rows = [(1.0 - t) * tf.one_hot(a, generator.num_classes)
             + t * tf.one_hot(b, generator.num_classes) for a, b in pairs]
     return generator((z, tf.concat(rows, 0)), training=False).numpy()
+
+
+def write_grid(exp, model_dir: str, step: int, writer, is_chief: bool = True) -> str:
+    """The Experiment's EMA-generator grid (rows = classes) to model_dir/samples/ and
+    TensorBoard.
+
+    Every worker of a multi-worker run must call this: refreshing the BN
+    statistics runs cross-replica (collective) ops. Only the chief writes.
+    """
+    # Batches no larger than training's: at 512-1024 px a batch of 64 needs many GiB.
+    refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
+                          batch_size=min(64, exp.config.batch_size), classes=exp.classes)
+    rows = [exp.classes[i] for i in default_classes(len(exp.classes))]
+    per_class = 10 if exp.data.resolution <= 256 else 2  # one forward pass for the grid
+    grid = class_grid(exp.generator_ema, rows, per_class=per_class, seed=exp.config.seed)
+    path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
+    if not is_chief:
+        return path
+    images_lib.write_png(path, grid)
+    with writer.as_default():
+        tf.summary.image("samples/ema", grid[None], step=step)
+    return path

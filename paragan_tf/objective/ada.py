@@ -23,19 +23,9 @@ through. Draws are stateless, keyed as DiffAugment's (augment.py).
 
 from __future__ import annotations
 
-import dataclasses
-
 import tensorflow as tf
 
-from paragan_tf import augment as augment_lib
-from paragan_tf.errors import ConfigError
-
-
-@dataclasses.dataclass(frozen=True)
-class AdaConfig:
-    target: float = 0.6
-    interval: int = 4  # D updates between adjustments of p
-    speed_kimg: float = 500.0  # thousand real images for p to go from 0 to 1
+from paragan_tf.objective import augment as augment_lib
 
 
 def _mirror(index: tf.Tensor, size: int) -> tf.Tensor:
@@ -141,7 +131,9 @@ class AdaptiveAugment:
     same all-reduced values on every replica.
     """
 
-    def __init__(self, config: AdaConfig):
+    def __init__(self, config: augment_lib.AugmentConfig):
+        if config.ada_target is None:
+            raise ValueError("AdaptiveAugment needs augment.ada_target")
         self.config = config
         first = tf.VariableAggregation.ONLY_FIRST_REPLICA
         self.p = tf.Variable(0.0, trainable=False, name="ada_p", aggregation=first)
@@ -158,9 +150,9 @@ class AdaptiveAugment:
         cfg = self.config
         pending = tf.convert_to_tensor(self.pending) + tf.where(
             applied, tf.stack([sign_sum, count, 1.0]), tf.zeros([3]))
-        due = pending[2] >= cfg.interval
+        due = pending[2] >= cfg.ada_interval
         rt = pending[0] / tf.maximum(pending[1], 1.0)
-        step = tf.sign(rt - cfg.target) * pending[1] / (cfg.speed_kimg * 1000.0)
+        step = tf.sign(rt - cfg.ada_target) * pending[1] / (cfg.ada_speed_kimg * 1000.0)
         p = tf.convert_to_tensor(self.p)
         self.p.assign(tf.where(due, tf.clip_by_value(p + step, 0.0, 1.0), p))
         self.rt.assign(tf.where(due, rt, tf.convert_to_tensor(self.rt)))
@@ -168,12 +160,3 @@ class AdaptiveAugment:
 
     def trackables(self) -> dict:
         return dict(ada_p=self.p, ada_rt=self.rt, ada_pending=self.pending)
-
-
-def check(target: float, interval: int, speed_kimg: float) -> AdaConfig:
-    if not -1.0 < target < 1.0:  # r_t = E[sign(D(real))] lies in [-1, 1]
-        raise ConfigError(f"augment.ada_target={target} must be in (-1, 1)")
-    if interval < 1 or speed_kimg <= 0:
-        raise ConfigError(f"augment.ada_interval={interval} must be >= 1 and "
-                          f"augment.ada_speed_kimg={speed_kimg} > 0")
-    return AdaConfig(target, interval, speed_kimg)

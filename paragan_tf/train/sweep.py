@@ -135,16 +135,13 @@ def validate(runs: Sequence[Run]) -> None:
     optimizers' settings; one ConfigError listing every bad run, so nothing starts
     when any is wrong."""
     # pylint: disable=import-outside-toplevel  (TensorFlow loads only when validating)
-    from paragan_tf import config as config_lib
-    from paragan_tf.data import pipeline
-    from paragan_tf.train import config as train_config
+    from paragan_tf.train import experiment
     from paragan_tf.train import optimizers
     problems = []
     for run in runs:
         try:
-            config_lib.parse(run.gin_files, run.bindings, finalize=False)
-            trainer = train_config.train_config()
-            pipeline.dataset_config()
+            experiment.parse(run.gin_files, run.bindings, finalize=False)
+            trainer = experiment.Settings.read().train
             optimizers.make_optimizers(trainer.batch_size * trainer.accumulation)
         except ConfigError as e:
             problems.append(f"{run.name}: {str(e).splitlines()[0]}")

@@ -55,8 +55,11 @@ def consistency(logits: tf.Tensor, augmented_logits: tf.Tensor, weight: float) -
     return weight * tf.square(tf.cast(logits, tf.float32) - tf.cast(augmented_logits, tf.float32))
 
 
-@dataclasses.dataclass(frozen=True)
+@gin.configurable("penalties")
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Penalties:
+    """D's output regularisers (`penalties.*` in gin; all off by default): see the module doc."""
+
     r1_gamma: float = 0.0
     r2_gamma: float = 0.0
     lazy_interval: int = 1
@@ -64,6 +67,16 @@ class Penalties:
     lecam_decay: float = 0.99
     bcr_real: float = 0.0
     bcr_fake: float = 0.0
+
+    def __post_init__(self):
+        weights = ("r1_gamma", "r2_gamma", "lecam_weight", "bcr_real", "bcr_fake")
+        negative = [f"penalties.{k}={getattr(self, k)}" for k in weights if getattr(self, k) < 0]
+        if negative:
+            raise ConfigError(f"{', '.join(negative)}: a penalty weight must be >= 0")
+        if self.lazy_interval < 1:
+            raise ConfigError(f"penalties.lazy_interval={self.lazy_interval} must be >= 1")
+        if not 0.0 <= self.lecam_decay < 1.0:
+            raise ConfigError(f"penalties.lecam_decay={self.lecam_decay} must be in [0, 1)")
 
     @property
     def input_gradients(self) -> bool:
@@ -76,21 +89,3 @@ class Penalties:
     @property
     def bcr(self) -> bool:
         return self.bcr_real > 0 or self.bcr_fake > 0
-
-
-@gin.configurable("penalties")
-def penalties_config(r1_gamma: float = 0.0, r2_gamma: float = 0.0, lazy_interval: int = 1,
-                     lecam_weight: float = 0.0, lecam_decay: float = 0.99,
-                     bcr_real: float = 0.0, bcr_fake: float = 0.0) -> Penalties:
-    """D's output regularisers (all off by default); see the module doc."""
-    values = dict(r1_gamma=r1_gamma, r2_gamma=r2_gamma, lecam_weight=lecam_weight,
-                  bcr_real=bcr_real, bcr_fake=bcr_fake)
-    negative = [f"penalties.{k}={v}" for k, v in values.items() if v < 0]
-    if negative:
-        raise ConfigError(f"{', '.join(negative)}: a penalty weight must be >= 0")
-    if lazy_interval < 1:
-        raise ConfigError(f"penalties.lazy_interval={lazy_interval} must be >= 1")
-    if not 0.0 <= lecam_decay < 1.0:
-        raise ConfigError(f"penalties.lecam_decay={lecam_decay} must be in [0, 1)")
-    return Penalties(r1_gamma, r2_gamma, lazy_interval, lecam_weight, lecam_decay,
-                     bcr_real, bcr_fake)

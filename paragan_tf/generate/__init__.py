@@ -1,0 +1,1 @@
+"""What a trained generator makes: sample grids, images, exported SavedModels."""

@@ -1,0 +1,1 @@
+"""The GAN objective: losses, penalties, regularisers, DiffAugment and ADA."""

@@ -1,0 +1,44 @@
+"""Ending a process without TensorFlow's tf.data iterator teardown: the one workaround.
+
+In TensorFlow 2.21, destroying an autotuned tf.data iterator can block for up to a
+minute. Its destructor cancels the iterator and joins the thread that runs the
+autotune model (`Model::OptimizeLoop`), which sleeps between optimisations for a
+period that doubles up to 60 s. The cancellation's callback wakes that thread, but
+the cancellation manager runs its callbacks before it marks itself cancelled, so a
+thread that wakes quickly sees "not cancelled" and sleeps out its period: a lost
+wake-up. Every distributed iterator has such threads (one host-side and one per
+device under tf.distribute), and the longer it lived the longer the wait: 37-97 s
+here for a two-replica MirroredStrategy iterator, 72 s for a MultiWorkerMirrored
+worker after a normal end. benchmarks/repro/teardown_hang.py reproduces it in a few
+lines; docs/upstream/tf_data_teardown.md is the report for TensorFlow.
+
+No supported setting avoids it for every strategy: the per-device iterators take
+no tf.data options, so autotune can be switched off there only by patching a
+private TensorFlow function, and switching it off everywhere gives up the
+autotuned parallelism the input pipeline relies on. So the trainers park the
+iterators they give up here, never destroyed, and a binary that has written
+everything (checkpoint, summaries, records) leaves through `exit_now`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, NoReturn
+
+from absl import logging
+
+PARKED: List[object] = []  # input iterators (and their owners) of closed trainers
+
+
+def park(*objects) -> None:
+    """Keeps `objects` alive until the process ends (their destructors never run)."""
+    PARKED.extend(o for o in objects if o is not None)
+
+
+def exit_now(code: int) -> NoReturn:
+    """Flushes the logs and standard streams, then ends the process without destructors."""
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # pylint: disable=protected-access

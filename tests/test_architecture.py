@@ -1,0 +1,88 @@
+"""The package layout of docs/architecture.md, held against the code: imports run only
+downward, the product never imports the benchmarks or the binaries, modules stay short."""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+
+from conftest import REPO
+
+# Lowest first; a module may import from its own layer and the ones before it.
+LAYERS = [
+    {"paragan_tf", "paragan_tf.config", "paragan_tf.errors", "paragan_tf.layout",
+     "paragan_tf.tfgan_compat"},
+    {"paragan_tf.scale", "paragan_tf.distribute", "paragan_tf.data"},
+    {"paragan_tf.models"},
+    {"paragan_tf.objective"},
+    {"paragan_tf.generate"},
+    {"paragan_tf.eval"},
+    {"paragan_tf.train"},
+]
+MAX_LINES = 430
+
+
+def _layer(module: str) -> int:
+    """The layer of a module: that of its package (or its own, at the top level)."""
+    for name in (module, module.rsplit(".", 1)[0], ".".join(module.split(".")[:2])):
+        for index, layer in enumerate(LAYERS):
+            if name in layer:
+                return index
+    raise AssertionError(f"{module} is in no layer of LAYERS: add its package")
+
+
+def _modules():
+    for path in sorted(glob.glob(os.path.join(REPO, "paragan_tf", "**", "*.py"),
+                               recursive=True)):
+        rel = os.path.relpath(path, REPO)[:-3].replace(os.sep, ".")
+        yield rel[:-len(".__init__")] if rel.endswith(".__init__") else rel, path
+
+
+def _imports(path: str):
+    tree = ast.parse(open(path).read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def upward_imports(modules) -> list:
+    found = []
+    for module, path in modules:
+        for imported in _imports(path):
+            if imported.split(".")[0] in ("benchmarks", "bin", "common"):
+                found.append(f"{module} imports {imported}")
+            elif imported.startswith("paragan_tf") and _is_module(imported) and \
+                    _layer(imported) > _layer(module):
+                found.append(f"{module} imports {imported} from above")
+    return found
+
+
+def _is_module(name: str) -> bool:
+    base = os.path.join(REPO, *name.split("."))
+    return os.path.exists(base + ".py") or os.path.isdir(base)
+
+
+def test_imports_run_downward_only():
+    modules = list(_modules())
+    assert len(modules) > 60
+    assert upward_imports(modules) == []
+
+
+def test_an_upward_import_is_found(tmp_path):
+    """The negative control: a data module importing the trainer is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("from paragan_tf.train import loop\nimport benchmarks.input\n")
+    assert upward_imports([("paragan_tf.data.bad", str(bad))]) == [
+        "paragan_tf.data.bad imports paragan_tf.train from above",
+        "paragan_tf.data.bad imports paragan_tf.train.loop from above",
+        "paragan_tf.data.bad imports benchmarks.input"]
+
+
+def test_every_module_is_short():
+    long = {module: n for module, path in _modules()
+            if (n := len(open(path).read().splitlines())) > MAX_LINES}
+    assert long == {}
