@@ -68,3 +68,10 @@ def test_orthogonal_regularizer_is_zero_for_orthogonal_columns_only():
     holder.dense.kernel.assign(np.ones([4, 3], np.float32))
     # The reference's 0.5 * sum of squared off-diagonal Gram entries: 6 entries of 4^2.
     assert float(regularizers.orthogonal(holder)) == pytest.approx(0.5 * 6 * 16.0)
+
+
+def test_relativistic_pairs_each_fake_with_its_real_partner():
+    real, fake, gen = (tf.constant(v) for v in ([2.0, -0.5], [0.3, 1.0], [0.1, -1.5]))
+    d, g = losses.relativistic(real, fake, gen)
+    np.testing.assert_allclose(d.numpy(), np.log1p(np.exp([0.3 - 2.0, 1.0 + 0.5])), rtol=1e-6)
+    np.testing.assert_allclose(g.numpy(), np.log1p(np.exp([2.0 - 0.1, -0.5 + 1.5])), rtol=1e-6)

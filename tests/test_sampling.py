@@ -1,4 +1,5 @@
-"""Latents, truncation, standing BN statistics and image grids."""
+"""Sampling (generate/sampling.py, images.py): latents, truncation, standing BN statistics, image
+grids, and class interpolation (under bfloat16, and through bin/sample.py)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import run_binary
+from paper_biggan import _paper_models
 from paragan_tf.generate import images
 from paragan_tf.generate import sampling
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
 
 
 def test_latents_are_deterministic_and_truncation_bounds_them():
@@ -52,3 +57,38 @@ def test_grid_layout_and_default_classes():
         images.grid(tiles, rows=3)
     assert sampling.default_classes(4) == [0, 1, 2, 3]
     assert sampling.default_classes(1000) == [0, 111, 222, 333, 444, 555, 666, 777, 888, 999]
+
+
+def test_class_interpolation_under_bfloat16(policy):
+    policy("mixed_bfloat16")
+    g, _ = _paper_models(64, ch_g=4, ch_d=8, classes=5, dim_z=20)
+    z = tf.random.normal([1, 20])
+    mix = tf.constant([[0.25, 0.0, 0.75, 0.0, 0.0]])
+    mixed = g((z, mix)).numpy()
+    pure = [g((z, tf.constant([c]))).numpy() for c in (0, 2)]
+    one_hot = g((z, tf.one_hot([2], 5))).numpy()
+    assert np.all(np.isfinite(mixed)) and mixed.dtype == np.float32
+    np.testing.assert_allclose(one_hot, pure[1], atol=2e-2)  # bf16 matmuls: loose
+    assert not np.allclose(mixed, pure[0], atol=1e-3) and not np.allclose(mixed, pure[1],
+                                                                         atol=1e-3)
+
+
+def test_soft_class_weights_equal_integer_labels_so_class_interpolation_is_exact(tiny_gin):
+    tiny_gin()
+    g = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")).generator_ema
+    z = tf.random.stateless_normal([3, g.dim_z], [1, 2])
+    labels = tf.constant([0, 4, 9])
+    hard = g((z, labels), training=False)
+    soft = g((z, tf.one_hot(labels, g.num_classes)), training=False)
+    np.testing.assert_allclose(hard.numpy(), soft.numpy(), atol=1e-5)
+
+
+def test_sample_binary_draws_interpolations(tiny_gin, tmp_path):
+    tiny_gin("train.total_steps = 2")
+    loop.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
+    proc = run_binary("sample.py", f"--model_dir={tmp_path}", "--mode=class_interpolation",
+                      "--classes=0,5,9", "--per_class=6", "--standing_stats_batches=1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    grid = Image.open(tmp_path / "samples" / "class_interpolation.png")
+    assert grid.size == (6 * 34 + 2, 2 * 34 + 2)  # 2 pairs x 6 steps of 32 px, 2 px borders

@@ -43,15 +43,20 @@ class EvalConfig:
         computed against it (eval/reference_stats.py).
     """
 
+    # When, and on how many images.
     every_steps: int = 0
     num_samples: int = 5000
     num_real: int = 10000
     batch_size: int = 250
+    seed: int = 12345
+
+    # Whose features.
     feature_extractor: str = "auto"
     classifier_path: Optional[str] = None
     inception_path: Optional[str] = None
+
+    # The metrics and their reference.
     kid_block_size: int = 1000
-    seed: int = 12345
     prdc_samples: int = 5000
     nearest_k: int = 5
     reference_split: str = "auto"

@@ -1,9 +1,11 @@
-"""Every gin file parses against the real configurables, and opens with its header comment."""
+"""Gin parsing (paragan_tf/config.py): every gin file parses against the real configurables and
+opens with its header comment; an unknown binding or a malformed file is named."""
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 
 import pytest
 
@@ -27,7 +29,7 @@ def test_gin_file_parses_and_builds(path):
         first = f.readline()
     assert first.startswith("# Reproduces:"), f"{path} must open with what it reproduces"
     # Small widths so building every experiment stays cheap, and one device: multi-process
-    # strategies need a cluster (tests/test_scale_out.py); every binding is still checked.
+    # strategies need a cluster (tests/e2e/test_scale_out.py); every binding is still checked.
     # Layouts and policies are fragments: they go on top of an experiment.
     files = (["gin/tiny.gin", path] if path.startswith(("gin/layouts/", "gin/policies/"))
              else [path])
@@ -43,3 +45,16 @@ def test_unknown_binding_is_a_config_error_naming_it():
         experiment.parse(["gin/tiny.gin"], ["train.no_such_option = 3"])
     with pytest.raises(ConfigError, match="--gin_file=gin/missing.gin does not exist"):
         experiment.parse(["gin/missing.gin"], [])
+
+
+@pytest.mark.parametrize("text,where", [
+    ("train.total_steps = 5\ntrain.batch_size = (\n", "EOF in multi-line statement in {} "),
+    ("include 'gin/tiny.gin'\ntrain.batch_size 8\n", r"\({}, line 2: train.batch_size 8\)"),
+    ("train.total_steps = 5\nGeneratr.ch = 3\n", r"'Generatr'.*{}\", line 2: Generatr.ch = 3"),
+])
+def test_a_malformed_gin_file_is_named_with_its_line(tmp_path, text, where):
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    path = tmp_path / "broken.gin"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=where.format(re.escape(str(path)))):
+        experiment.parse([str(path)], [])

@@ -1,4 +1,5 @@
-"""The dataset registry and the per-input-context pipelines, on real shipped data."""
+"""The dataset registry (data/datasets.py): shipped data, image folders, TFDS, sharded reads,
+corrupt files."""
 
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paragan_tf.data import class_groups
+from conftest import image_folder
 from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
-from paragan_tf.data import tuning
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import experiment
+from paragan_tf.train import loop
 from tiny_tfds import TinyDigits
 
 
@@ -130,28 +132,6 @@ def test_tfds_dataset_from_a_prepared_data_dir(tmp_path):
         datasets.get_source("tfds:no_such_dataset_xyz", data_dir=str(tmp_path))
 
 
-def test_input_pipelines_read_disjoint_shards_at_per_replica_batch():
-    source = datasets.get_source("mnist5k")
-    fn = pipeline.real_input_fn(source, _config(shuffle_buffer=1), 8, seed=0)
-    # 2 pipelines x 2 replicas: per-replica batch 2; pipeline p reads examples i % 2 == p.
-    a = _first(fn, pipelines=2, pipeline_id=0, replicas=4)[0].numpy()
-    b = _first(fn, pipelines=2, pipeline_id=1, replicas=4)[0].numpy()
-    assert a.shape == (2, 32, 32, 1)
-    everything = next(iter(source.make("train").batch(4)))[0].numpy()
-    np.testing.assert_allclose(a[0, 2:30, 2:30, 0], everything[0, ..., 0] / 127.5 - 1.0, atol=1e-6)
-    np.testing.assert_allclose(b[0, 2:30, 2:30, 0], everything[1, ..., 0] / 127.5 - 1.0, atol=1e-6)
-
-
-def test_noise_is_a_function_of_example_index_not_of_the_batch_split():
-    fn = pipeline.noise_input_fn(dim_z=8, num_classes=10, global_batch_size=6, seed=3)
-    whole_z, whole_y = _first(fn)
-    split = iter(fn(tf.distribute.InputContext(1, 0, 2)))  # two replicas of 3
-    parts = [next(split) for _ in range(2)]
-    np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), whole_z)
-    np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), whole_y)
-    assert abs(float(tf.reduce_mean(whole_z))) < 1.0 and whole_y.dtype == tf.int32
-
-
 def test_bad_dataset_options_are_config_errors():
     with pytest.raises(ConfigError, match="dataset.fit"):
         data_config.DatasetConfig(fit="stretch")
@@ -163,27 +143,6 @@ def test_bad_dataset_options_are_config_errors():
         pipeline.load_source(_config(scan_images="lazy"), check=False)
     with pytest.raises(ConfigError, match="apply to image_folder only, not to mnist5k"):
         pipeline.load_source(_config(skip_corrupt=True), check=False)
-
-
-def test_class_groups_split_the_labels_contiguously():
-    assert class_groups.classes_for(10) == list(range(10))
-    assert class_groups.classes_for(10, group=0, num_groups=3) == [0, 1, 2, 3]
-    assert class_groups.classes_for(10, group=2, num_groups=3) == [7, 8, 9]
-    groups = [class_groups.classes_for(10, g, 4) for g in range(4)]
-    assert sorted(sum(groups, [])) == list(range(10))
-    with pytest.raises(ConfigError, match="per_class.group=2 must be in"):
-        class_groups.classes_for(10, group=2, num_groups=2)
-    with pytest.raises(ConfigError, match="per_class.num_groups=11"):
-        class_groups.classes_for(10, group=0, num_groups=11)
-
-
-def test_a_label_group_restricts_real_and_noise_labels():
-    source = datasets.get_source("mnist5k")
-    _, labels = _first(pipeline.real_input_fn(source, _config(shuffle_buffer=5000), 64, seed=0,
-                                              classes=[3, 7]))
-    assert set(labels.numpy().tolist()) == {3, 7}
-    _, noise_labels = _first(pipeline.noise_input_fn(8, 10, 64, seed=0, classes=[3, 7]))
-    assert set(noise_labels.numpy().tolist()) == {3, 7}
 
 
 def _png(path, array):
@@ -221,85 +180,24 @@ def test_a_lazily_checked_folder_skips_a_corrupt_file_once_and_names_it(tmp_path
         datasets.get_source("image_folder", data_dir=str(tmp_path), scan_images="full").check()
 
 
-def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
-        tiny_gin, tmp_path, caplog):
-    """The new user's notebook: `.ipynb_checkpoints` inside the folder is skipped (and
-    counted); the class list is printed and kept; a renamed class is refused by name on
-    resume, before anything is restored. Lazy checking counts the corrupt file in
-    health/corrupt_images."""
-    import gin  # pylint: disable=import-outside-toplevel
-    from paragan_tf.train import experiment, loop  # pylint: disable=import-outside-toplevel
-    for i in range(6):
-        _png(tmp_path / "data" / ("cat", "dog")[i % 2] / f"{i}.png",
-             np.full((12, 12, 3), 30 * i, np.uint8))
-    _png(tmp_path / "data" / ".ipynb_checkpoints" / "0-checkpoint.png",
-         np.zeros((12, 12, 3), np.uint8))
-    (tmp_path / "data" / "dog" / "labels.csv").write_text("not an image")
-    (tmp_path / "data" / "cat" / "bad.png").write_bytes(b"")
-
-    def train():
-        gin.clear_config()
-        tiny_gin("dataset.name = 'image_folder'", f"dataset.data_dir = '{tmp_path / 'data'}'",
-                 "dataset.scan_images = 'lazy'", "train.total_steps = 2")
-        exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-        return exp, loop.train(exp, str(tmp_path / "run"))
-    with caplog.at_level("INFO", logger="absl"):  # another test may have quietened absl
-        exp, result = train()
-    assert exp.source.class_names == ("cat", "dog")
-    assert "2 classes: 0=cat, 1=dog" in caplog.text
-    assert "skipped 1 hidden (.ipynb_checkpoints); 1 not an image (dog/labels.csv)" in \
-        caplog.text
-    assert result["health/corrupt_images"] == 1.0
-    assert (tmp_path / "run" / "classes.json").exists()
-    # Same class count, other names: only the class list can tell (the models still fit).
-    os.rename(tmp_path / "data" / "dog", tmp_path / "data" / "ant")
-    with pytest.raises(ConfigError, match=r"label 0 was 'cat', is now 'ant'"):
-        train()
+def _one_device():
+    return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
-def test_a_per_class_limit_trains_on_the_first_examples_of_each_class_in_every_pipeline(
-        tmp_path, caplog):
-    source = datasets.get_source("mnist5k")
-    config = _config(per_class_limit=3, shuffle_buffer=50)
-    # The subset by hand: the first 3 of each class in the stored order.
-    images, labels = zip(*source.make("train").as_numpy_iterator())
-    subset, seen = [], np.zeros(10, int)
-    for image, label in zip(images, labels):
-        if seen[label] < 3:
-            seen[label] += 1
-            subset.append(image[..., 0].tobytes())
-    assert len(subset) == 30
-    # Two input pipelines, two epochs each: every image they see is in the subset, and
-    # between them they see all of it (the subset is taken before the pipelines split it).
-    fn = pipeline.real_input_fn(source, config, 10, seed=0)
-    seen_images = set()
-    for pipeline_id in (0, 1):
-        for batch, _ in fn(tf.distribute.InputContext(2, pipeline_id, 2)).take(6):
-            for image in batch.numpy():
-                digits = np.round((image[2:30, 2:30, 0] + 1.0) * 127.5).astype(np.uint8)
-                seen_images.add(digits.tobytes())
-    assert seen_images == set(subset)
-    with caplog.at_level("INFO", logger="absl"):
-        pipeline.check_not_empty(source, config)
-        pipeline.check_not_empty(source, _config(per_class_limit=10_000))
-    logged = " ".join(r.getMessage() for r in caplog.records)
-    assert "training on 30 examples" in logged
-    assert "class(es) [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] have fewer examples (500," in logged
-    # Encoded files are limited as records (file names), before any decoding.
-    for i in range(6):
-        _png(tmp_path / ("a" if i % 2 else "b") / f"{i}.png", np.full((8, 8, 1), i, np.uint8))
-    folder = datasets.get_source("image_folder", data_dir=str(tmp_path))
-    folder_config = _config(name="image_folder", data_dir=str(tmp_path), per_class_limit=2)
-    stored = [(int(image[0, 0, 0]), int(label)) for image, label in folder.make("train")]
-    first_two = sorted([v for v, label in stored if label == 0][:2] +
-                       [v for v, label in stored if label == 1][:2])
-    values = sorted(int(round((float(image[16, 16, 0]) + 1.0) * 127.5)) for image in
-                    _first(pipeline.real_input_fn(folder, folder_config, 4, seed=0))[0])
-    assert values == first_two and len(set(first_two)) == 4
-    with pytest.raises(ConfigError, match="dataset.per_class_limit=-1 must be >= 0"):
-        data_config.DatasetConfig(per_class_limit=-1)
-    with pytest.raises(ConfigError, match="dataset.per_class_limit is not supported with "
-                                          "shard-by-shard reads .input_pipeline.read_hook"):
-        pipeline.real_input_fn(source, config, 10, seed=0,
-                               inputs=tuning.InputConfig(read_hook=lambda records, shard:
-                                                         records))
+
+def test_a_corrupt_image_file_is_named_before_training(tiny_gin, tmp_path):
+    tiny_gin(*image_folder(tmp_path, corrupt=["dog/2.png"]))
+    with pytest.raises(ConfigError, match=r"1 corrupt image file.*dog/2\.png.*skip_corrupt"):
+        experiment.build(_one_device())
+
+
+def test_corrupt_image_files_are_skipped_and_counted_when_asked(tiny_gin, tmp_path, caplog):
+    tiny_gin(*image_folder(tmp_path, corrupt=["dog/2.png", "cat/0.png"]),
+             "dataset.skip_corrupt = True", "train.total_steps = 2")
+    exp = experiment.build(_one_device())
+    assert "skipping 2 corrupt image file(s)" in caplog.text
+    assert "cat/0.png" in caplog.text and "dog/2.png" in caplog.text
+    seen = list(exp.source.make("train").as_numpy_iterator())
+    assert len(seen) == 6
+    result = loop.train(exp, str(tmp_path / "run"))
+    assert result["step"] == 2 and np.isfinite(result["loss/D"])

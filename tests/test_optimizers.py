@@ -1,4 +1,5 @@
-"""The asymmetric optimization policy: per-network rates, schedules and batch-size scaling."""
+"""The optimizers (train/optimizers.py): the asymmetric policy's per-network rates, schedules and
+batch-size scaling."""
 
 from __future__ import annotations
 

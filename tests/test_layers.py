@@ -1,4 +1,4 @@
-"""Golden shapes and parameter counts of the BigGAN networks; layer behaviour."""
+"""The layers (models/layers.py): spectral norm, class-conditional and synchronised batch norm."""
 
 from __future__ import annotations
 
@@ -7,55 +7,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import mirrored_2
-from paragan_tf.errors import ConfigError
-from paragan_tf.models import biggan
 from paragan_tf.models import layers
-
-# Shapes at tiny widths for every resolution; the parameter counts are pinned to the
-# reference implementation's at full width in tests/test_paper_scale.py.
-RESOLUTIONS = sorted(biggan.G_ARCH)
-
-
-def _tiny(resolution: int):
-    if resolution == 32:
-        g_kw, d_kw = dict(dim_z=16), {}
-    else:
-        slots = len(biggan.G_ARCH[resolution][0]) + 1
-        g_kw = dict(dim_z=4 * slots, shared_dim=8, hierarchical_z=True, attention_resolutions=(64,))
-        d_kw = dict(attention_resolutions=(64,))
-    g = biggan.Generator(resolution=resolution, num_classes=5, out_channels=3, ch=4, **g_kw)
-    d = biggan.Discriminator(resolution=resolution, num_classes=5, ch=8, **d_kw)
-    biggan.build(g, d, 3)
-    return g, d
-
-
-@pytest.mark.parametrize("resolution", RESOLUTIONS)
-def test_shapes(resolution):
-    g, d = _tiny(resolution)
-    z = tf.random.normal([3, g.dim_z])
-    labels = tf.constant([0, 2, 4])
-    images = g((z, labels), training=True)
-    assert images.shape == (3, resolution, resolution, 3)
-    assert images.dtype == tf.float32
-    assert float(tf.reduce_max(tf.abs(images))) <= 1.0
-    logits = d((images, labels), training=True)
-    assert logits.shape == (3,) and logits.dtype == tf.float32
-
-
-def test_reference_cifar10_parameter_counts():
-    g = biggan.Generator(resolution=32, num_classes=10, out_channels=3, ch=64, dim_z=128)
-    d = biggan.Discriminator(resolution=32, num_classes=10, ch=64)
-    biggan.build(g, d, 3)
-    assert biggan.count_trainable(g) == 4_304_387
-    assert biggan.count_trainable(d) == 4_207_361
-
-
-def test_unsupported_resolution_and_bad_hierarchy_are_config_errors():
-    with pytest.raises(ConfigError, match="Generator.resolution=48"):
-        biggan.Generator(resolution=48, num_classes=10)
-    with pytest.raises(ConfigError, match="dim_z"):
-        biggan.Generator(resolution=64, num_classes=10, dim_z=17, shared_dim=8,
-                         hierarchical_z=True)
 
 
 def test_spectral_norm_power_iteration_converges_and_only_trains_u():

@@ -1,5 +1,6 @@
-"""Training steps, multi-replica equivalence, EMA and checkpoints, in process (resume:
-test_reliability.py, test_crash_resume.py)."""
+"""The training step (train/step.py): one step per loss, d_steps and BN mode, multi-replica and
+accumulation equivalence, the simultaneous update, the NaN guard, bfloat16 at every
+resolution, and D's penalties and augmentation inside the step."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import mirrored_2
-from paragan_tf.errors import ConfigError
-from paragan_tf.train import checkpoints
+from paper_biggan import _tiny_step
+from paragan_tf.objective import augment
+from paragan_tf.objective import losses
+from paragan_tf.objective import penalties
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 from paragan_tf.train import step as step_lib
@@ -93,49 +96,6 @@ def test_two_replicas_without_sync_bn_differ_so_the_equivalence_test_can_fail(ti
     initial, one = _train_one_step(tiny_gin, _one_device(), tmp_path / "one", sync_bn=False)
     _, two = _train_one_step(tiny_gin, mirrored_2(), tmp_path / "two", sync_bn=False)
     assert _mismatch(initial, one, two)["generator/"] > 1e-2
-
-
-def test_global_batch_not_divisible_by_replicas_is_a_config_error(tiny_gin):
-    tiny_gin("train.batch_size = 7")
-    with pytest.raises(ConfigError, match=r"train.batch_size=7 .* 2 replicas"):
-        experiment.build(mirrored_2())
-
-
-def test_checkpoint_round_trip_restores_every_variable(tiny_gin, tmp_path):
-    tiny_gin("train.total_steps = 2")
-    exp = experiment.build(_one_device())
-    loop.train(exp, str(tmp_path))
-    saved = _weights(exp)
-    saved_slots = [v.numpy() for v in exp.g_optimizer.variables]
-    gin.clear_config()
-    tiny_gin("train.total_steps = 2", "train.seed = 99")  # different init, same architecture
-    fresh = experiment.build(_one_device())
-    assert any(not np.array_equal(saved[n], v) for n, v in _weights(fresh).items())
-    ckpt = checkpoints.Checkpointer(str(tmp_path), 3, **fresh.trackables())
-    assert ckpt.restore_latest().endswith("ckpt-2")
-    for name, value in _weights(fresh).items():
-        np.testing.assert_array_equal(value, saved[name], err_msg=name)
-    for a, b in zip(fresh.g_optimizer.variables, saved_slots):
-        np.testing.assert_array_equal(a.numpy(), b)
-    assert int(fresh.step.numpy()) == 2
-
-
-def test_ema_tracks_before_start_and_averages_after(tiny_gin):
-    tiny_gin("train.ema_decay = 0.75", "train.ema_start_step = 1")
-    exp = experiment.build(_one_device())
-    g, ema = exp.generator.trainable_variables[0], exp.generator_ema.trainable_variables[0]
-    g.assign_add(tf.ones_like(g))
-    exp.ema.update(tf.constant(0))
-    np.testing.assert_allclose(ema.numpy(), g.numpy())  # before start: a copy
-    old = ema.numpy()
-    g.assign_add(tf.ones_like(g))
-    exp.ema.update(tf.constant(1))
-    np.testing.assert_allclose(ema.numpy(), 0.75 * old + 0.25 * g.numpy(), rtol=1e-6)
-    bn_g = exp.generator.non_trainable_variables[0]
-    bn_g.assign(tf.fill(bn_g.shape, 3.0))
-    exp.ema.update(tf.constant(2))
-    np.testing.assert_array_equal(exp.generator_ema.non_trainable_variables[0].numpy(),
-                                  bn_g.numpy())  # statistics are copied, not averaged
 
 
 def test_gradient_clipping_and_accumulation_run_and_bound_the_update(tiny_gin, tmp_path):
@@ -246,3 +206,149 @@ def test_simultaneous_update_takes_g_against_the_d_before_the_d_update(tiny_gin)
     assert update > 1e-3
     assert to_expected < 0.01 * update, (to_expected, update)
     assert sequential_off > 20 * to_expected, (sequential_off, to_expected)
+
+
+@pytest.mark.parametrize("two_replicas", [False, True])
+def test_nan_in_a_real_batch_skips_the_update_of_both_networks(tiny_gin, two_replicas):
+    tiny_gin("train.d_steps = 1")
+    exp = experiment.build(mirrored_2() if two_replicas else _one_device())
+    gan_step = loop.make_gan_step(exp)
+    noise = [(tf.random.normal([8, 16], seed=i), tf.range(8) % 10) for i in range(2)]
+    images = tf.random.uniform([8, 32, 32, 1], -1, 1, seed=1)
+    # One NaN pixel in one example: on two replicas only the first replica sees it.
+    poisoned = tf.tensor_scatter_nd_update(images, [[0, 3, 3, 0]], [float("nan")])
+
+    def step(images):
+        # The global batch distributed over the replicas exactly as training does it.
+        dataset = tf.data.Dataset.from_tensors((((images, tf.range(8) % 10),), tuple(noise)))
+        real, noise_ = next(iter(exp.strategy.experimental_distribute_dataset(dataset)))
+        return run(real, noise_)
+
+    @tf.function(autograph=False)
+    def run(real, noise_):
+        return exp.strategy.run(gan_step, args=(real, noise_))
+
+    trainable = [v.name for v in exp.generator.trainable_variables +
+                 exp.discriminator.trainable_variables]
+    before = _weights(exp)
+    out = step(poisoned)
+    skipped = exp.strategy.experimental_local_results(out["health/skipped"])
+    assert all(float(s) == 1.0 for s in skipped)
+    after = _weights(exp)
+    for name in trainable:
+        np.testing.assert_array_equal(after[name], before[name], err_msg=name)
+    assert int(exp.d_optimizer.iterations.numpy()) == 0
+    assert int(exp.g_optimizer.iterations.numpy()) == 0
+    # The same step on clean data updates both (so the check above can fail).
+    out = step(images)
+    assert float(exp.strategy.experimental_local_results(out["health/skipped"])[0]) == 0.0
+    changed = _weights(exp)
+    assert any(not np.array_equal(changed[n], before[n]) for n in trainable
+               if n.startswith("generator/"))
+    assert any(not np.array_equal(changed[n], before[n]) for n in trainable
+               if n.startswith("discriminator/"))
+    assert int(exp.g_optimizer.iterations.numpy()) == 1
+
+
+@pytest.mark.parametrize("resolution", [32, 64, 128, 256, 512, 1024])
+def test_bfloat16_step_at_every_resolution(policy, resolution):
+    """Shared embedding, hierarchical z and attention under mixed_bfloat16 (this crashed)."""
+    policy("mixed_bfloat16")
+    g, d, step = _tiny_step(resolution)
+    assert g.blocks[0].conv1.op_dtype == "bfloat16"
+    z = tf.random.normal([2, g.dim_z])
+    labels = tf.constant([0, 3])
+    images = tf.random.uniform([2, resolution, resolution, 3], -1.0, 1.0)
+    before = [v.numpy() for v in g.trainable_variables[:3]]
+    metrics = tf.function(lambda: step([(images, labels)], [(z, labels), (z, labels)]))()
+    for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
+        assert np.isfinite(float(metrics[key])), key
+    assert float(metrics["health/skipped"]) == 0.0
+    assert any(not np.array_equal(b, v.numpy()) for b, v in zip(before, g.trainable_variables))
+    variables = g.variables + d.variables + step.g_optimizer.variables() + \
+        step.d_optimizer.variables()
+    assert {v.dtype for v in variables if v.dtype != tf.int64} == {tf.float32}
+
+
+
+# --- in the step: each setting changes D's gradient; all of them train under two replicas ---
+
+def _gradients(exp, **changes):
+    """D's gradient for one fixed batch under `exp`'s step with StepConfig `changes`."""
+    import dataclasses
+    from paragan_tf.train import loop
+    step = loop.make_gan_step(exp)
+    loss_fn = changes.pop("loss_fn", exp.loss_fn)
+    step = type(step)(exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer,
+                      loss_fn, dataclasses.replace(step.config, **changes),
+                      lecam_state=exp.lecam_state)
+    rng = np.random.default_rng(0)
+    real = (tf.constant(rng.uniform(-1, 1, (8, 32, 32, 1)), tf.float32),
+            tf.constant(rng.integers(0, 10, 8), tf.int32))
+    noise = (tf.constant(rng.normal(size=(8, exp.generator.dim_z)), tf.float32),
+             tf.constant(rng.integers(0, 10, 8), tf.int32))
+    _, grads, _, _, _ = exp.strategy.run(lambda: step.d_gradients([real], [noise]))
+    return np.concatenate([tf.reshape(g, [-1]).numpy() for g in grads])
+
+
+def test_each_setting_changes_ds_gradient_and_off_changes_nothing(tiny_gin):
+    from paragan_tf.train import experiment
+    tiny_gin("penalties.lecam_weight = 0.0")
+    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    exp.lecam_state = tf.Variable([0.5, -0.5])  # averages the LeCam term pulls toward
+    off = penalties.Penalties()
+    baseline = _gradients(exp, penalties=off)
+    # Each D pass also moves the spectral-norm power iteration a little: the floor.
+    floor = np.max(np.abs(_gradients(exp, penalties=off) - baseline))
+    assert floor < 1e-4
+    variants = {
+        "augment": dict(augment=augment.DiffAugment(["color", "translation", "cutout"])),
+        "r1": dict(penalties=penalties.Penalties(r1_gamma=10.0)),
+        "r2": dict(penalties=penalties.Penalties(r2_gamma=10.0)),
+        "lecam": dict(penalties=penalties.Penalties(lecam_weight=10.0)),
+        "bcr": dict(penalties=penalties.Penalties(bcr_real=10.0, bcr_fake=10.0)),
+        "relativistic": dict(loss_fn=losses.relativistic, penalties=off),
+    }
+    for name, changes in variants.items():
+        change = np.max(np.abs(_gradients(exp, **changes) - baseline))
+        assert change > 100 * floor + 1e-4, (name, change, floor)
+
+
+def test_every_setting_at_once_trains_two_replicas_and_lecam_follows_the_logits(tiny_gin,
+                                                                                 tmp_path):
+    from paragan_tf.train import checkpoints
+    from paragan_tf.train import experiment
+    from paragan_tf.train import loop
+    everything = ("augment.policy = 'color,translation,cutout'", "loss.fn = @relativistic",
+                  "penalties.r1_gamma = 1.0", "penalties.r2_gamma = 1.0",
+                  "penalties.lazy_interval = 2", "penalties.bcr_real = 10.0",
+                  "penalties.bcr_fake = 10.0", "penalties.lecam_weight = 0.3")
+    # decay 0 and one D update per step: the averages are that update's mean logits,
+    # which the trainer also reports, through its own all-reduce.
+    tiny_gin(*everything, "penalties.lecam_decay = 0.0", "train.d_steps = 1",
+             "train.total_steps = 1")
+    exp = experiment.build(mirrored_2())
+    result = loop.train(exp, str(tmp_path))
+    for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
+        assert np.isfinite(result[key]), key
+    np.testing.assert_allclose(exp.lecam_state.numpy(),
+                               [result["logits/real"], result["logits/fake"]], rtol=1e-4)
+    gin.clear_config()
+    tiny_gin(*everything, "train.seed = 5")
+    fresh = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    checkpoints.Checkpointer(str(tmp_path), 3, **fresh.trackables()).restore_latest()
+    np.testing.assert_array_equal(fresh.lecam_state.numpy(), exp.lecam_state.numpy())
+
+
+def test_lazy_r1_under_bfloat16_stays_finite(tiny_gin, tmp_path):
+    from paragan_tf.train import experiment
+    from paragan_tf.train import loop
+    tiny_gin("layout.precision = 'mixed_bfloat16'", "penalties.r1_gamma = 10.0",
+             "penalties.r2_gamma = 10.0", "penalties.lazy_interval = 2",
+             "augment.policy = 'color,translation,cutout'", "train.total_steps = 2")
+    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+    result = loop.train(exp, str(tmp_path))
+    assert exp.layout.precision == "mixed_bfloat16"
+    for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
+        assert np.isfinite(result[key]), key
+    assert int(exp.health.skipped.numpy()) == 0
