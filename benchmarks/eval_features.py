@@ -26,9 +26,9 @@ from typing import Callable, Dict, Sequence
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf import layout as layout_lib
 from benchmarks import machine
 from benchmarks import step as step_bench
+from paragan_tf import layout as layout_lib
 from paragan_tf.eval import classifier as classifier_lib
 from paragan_tf.eval import inception
 from paragan_tf.eval import metrics

@@ -38,10 +38,9 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from paragan_tf.train import experiment
-from paragan_tf import layout as layout_lib
 from benchmarks import machine
 from benchmarks import profile as profile_lib
+from paragan_tf import layout as layout_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as loop_lib
@@ -169,7 +168,7 @@ def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
 
 def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object, str]:
     files = [gin_file, f"gin/layouts/{layout}.gin"]
-    experiment.parse(files, bindings)
+    experiment_lib.parse(files, bindings)
     exp = experiment_lib.build(check_data=False)
     try:
         exp.source.check()
@@ -177,7 +176,7 @@ def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object,
     except ConfigError as e:
         missing = str(e).splitlines()[0]
     # Same shapes, stand-in pixels: the step's compute does not depend on them.
-    experiment.parse(files, list(bindings) + ["dataset.name = 'synthetic'"])
+    experiment_lib.parse(files, list(bindings) + ["dataset.name = 'synthetic'"])
     return experiment_lib.build(), f"synthetic stand-in ({missing})"
 
 

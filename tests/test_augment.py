@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paragan_tf.objective import augment
 from paragan_tf.errors import ConfigError
+from paragan_tf.objective import augment
 
 X = (np.arange(2 * 5 * 6 * 3, dtype=np.float32).reshape(2, 5, 6, 3) / 90.0) - 0.9
 

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from conftest import mirrored_2
+from paragan_tf.models import layers
 from paragan_tf.objective import losses
 from paragan_tf.objective import regularizers
-from paragan_tf.models import layers
 from paragan_tf.train import step as step_lib
 
 REAL = np.array([2.0, -0.5, 0.3], np.float32)

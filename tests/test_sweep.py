@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from conftest import PYTHON, REPO, run_binary, scratch_checkout, tensorboard
-from paragan_tf.train import sweep as sweep_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import sweep as sweep_lib
 
 
 def _sweep_file(tmp_path, body: str, name="s.gin") -> str:

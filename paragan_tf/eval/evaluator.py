@@ -30,7 +30,6 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf.generate import sampling
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import features as features_lib
@@ -38,6 +37,7 @@ from paragan_tf.eval import history as history_lib
 from paragan_tf.eval import metrics
 from paragan_tf.eval import reference_stats
 from paragan_tf.eval.config import EvalConfig
+from paragan_tf.generate import sampling
 
 PROGRESS_SECONDS = 30.0  # a progress line at most this often in a long evaluation phase
 

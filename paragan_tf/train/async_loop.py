@@ -50,15 +50,15 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf.objective import ada as ada_lib
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
+from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import async_closures
 from paragan_tf.train import config as config_lib
-from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import controller as controller_lib
+from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import teardown
 from paragan_tf.train import trainer as trainer_lib

@@ -22,10 +22,10 @@ from __future__ import annotations
 import pytest
 import tensorflow as tf
 
-from paragan_tf.generate import sampling
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.generate import sampling
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 
