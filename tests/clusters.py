@@ -32,7 +32,9 @@ class Launch:
         with open(self.log_path) as f:
             return f.read()
 
-    def wait_for(self, pattern: str, timeout: float = 120) -> re.Match:
+    def wait_for(self, pattern: str, timeout: float = 240) -> re.Match:
+        """The first match of `pattern` in the output; on a timeout the cluster is stopped
+        (a run of total_steps=100000 left behind would slow every later test down)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             match = re.search(pattern, self.output())
@@ -41,13 +43,24 @@ class Launch:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.3)
+        self.stop()
         raise AssertionError(f"no {pattern!r} in the output:\n{self.output()[-4000:]}")
+
+    def stop(self) -> None:
+        """Kills the launcher; its children die with it (they ask for SIGKILL on its death)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def pid(self, task: str) -> int:
         with open(os.path.join(self.model_dir, "launch.json")) as f:
             return json.load(f)[task]
 
     def finish(self, timeout: float = 240) -> int:
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise
         self.log.close()
         return code
