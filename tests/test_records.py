@@ -312,7 +312,7 @@ def _train_records(tiny_gin, model_dir, total_steps, data_dir, *extra):
              "train.sample_every = 100", "input_pipeline.max_read_parallelism = 3", *extra)
     exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
     loop.train(exp, str(model_dir))
-    return loop.weights_digest(exp)
+    return experiment.weights_digest(exp)
 
 
 @pytest.mark.slow

@@ -18,7 +18,6 @@ import tensorflow as tf
 from conftest import PYTHON, REPO
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
 
 BINDINGS = ("train.total_steps = 12", "train.checkpoint_every = 1", "train.steps_per_loop = 1",
             "train.log_every = 1", "train.sample_every = 100", "train.max_to_keep = 100",
@@ -51,7 +50,7 @@ def _digest_of(checkpoint: str, tiny_gin) -> str:
     exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
     checkpoints.Checkpointer(os.path.dirname(checkpoint), 100, **exp.trackables()).restore(
         checkpoint)
-    return loop.weights_digest(exp)
+    return experiment.weights_digest(exp)
 
 
 @pytest.mark.slow
