@@ -59,6 +59,19 @@ def test_grid_layout_and_default_classes():
     assert sampling.default_classes(1000) == [0, 111, 222, 333, 444, 555, 666, 777, 888, 999]
 
 
+def test_write_png_keeps_an_absolute_path_absolute(tmp_path, monkeypatch):
+    """The folder of an absolute path was once rebuilt without its leading "/", so the PNG
+    landed under the working directory (and failed in a read-only one)."""
+    monkeypatch.chdir(tmp_path)
+    target = tmp_path / "out" / "grid.png"
+    images.write_png(str(target), np.zeros((2, 2, 1), np.uint8))
+    assert target.is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    images.write_png("relative/grid.png", np.zeros((2, 2, 3), np.uint8))
+    images.write_png("here.png", np.zeros((2, 2, 3), np.uint8))
+    assert (tmp_path / "relative" / "grid.png").is_file() and (tmp_path / "here.png").is_file()
+
+
 def test_class_interpolation_under_bfloat16(policy):
     policy("mixed_bfloat16")
     g, _ = _paper_models(64, ch_g=4, ch_d=8, classes=5, dim_z=20)

@@ -29,5 +29,8 @@ def grid(images, rows: int, pad: int = 2) -> np.ndarray:
 
 def write_png(path: str, image: np.ndarray) -> None:
     """Writes a uint8 [H, W, 1|3] array as PNG (any filesystem tf.io.gfile knows)."""
-    tf.io.gfile.makedirs(tf.io.gfile.join(*path.split("/")[:-1]) if "/" in path else ".")
+    # rsplit, not os.path: the path may be a URL (gs://...) as well as a local path, and
+    # its leading "/" must survive (a join of the split parts made /tmp/x relative).
+    folder = path.rsplit("/", 1)[0] if "/" in path else "."
+    tf.io.gfile.makedirs(folder or "/")
     tf.io.write_file(path, tf.io.encode_png(image))
