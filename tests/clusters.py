@@ -11,7 +11,7 @@ import re
 import subprocess
 import time
 
-from conftest import PYTHON, REPO
+from conftest import PYTHON, REPO, relative
 
 TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
 
@@ -25,7 +25,7 @@ class Launch:
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [PYTHON, os.path.join(REPO, "bin", "launch_local.py"),
-             f"--model_dir={self.model_dir}", *TINY, *args],
+             f"--model_dir={relative(self.model_dir)}", *TINY, *args],
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
 
     def output(self) -> str:

@@ -144,13 +144,17 @@ def _ps_launch(model_dir, *bindings):
 
 
 def test_async_nan_guard_counts_skipped_rounds_and_stops_a_diverged_run(tmp_path):
-    # As the synchronous test: D's learning rate of 1e38 makes every later D update
-    # non-finite. The closures also run DiffAugment and the lazy R1 and bCR penalties
-    # (they work in closures; LeCam and the relativistic loss are refused, above).
+    # As the synchronous test, D's learning rate makes every later D update non-finite
+    # (spectral norm's power iteration overflows on weights near 1e30). The closures also
+    # run DiffAugment and the lazy R1 and bCR penalties (they work in closures; LeCam and
+    # the relativistic loss are refused, above). 1e30, not the synchronous test's 1e38:
+    # closures that read D before another closure's update landed apply finite updates of
+    # about the learning rate each, and a few of 1e38 add up past float32's 3.4e38 (a
+    # loaded run once stopped on a non-finite weight at its second checkpoint instead).
     model_dir = tmp_path / "diverge"
     run = _ps_launch(model_dir, "train.total_steps=200", "train.log_every=1",
                      "train.checkpoint_every=1", "train.max_consecutive_skips=3",
-                     "train.max_to_keep=300", "D/optimizer.learning_rate=1e38",
+                     "train.max_to_keep=300", "D/optimizer.learning_rate=1e30",
                      "augment.policy='color,translation,cutout'", "penalties.r1_gamma=1.0",
                      "penalties.lazy_interval=2", "penalties.bcr_real=1.0")
     assert run.finish() == 1, run.output()[-3000:]

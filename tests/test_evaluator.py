@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import declared_for, mirrored_2, run_binary
+from conftest import declared_for, mirrored_2, relative, run_binary
 from paragan_tf.data import datasets
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
@@ -24,10 +24,12 @@ def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,
     path, _ = mnist_classifier
     tiny_gin("train.total_steps = 4")  # checkpoints at steps 2 and 4
     loop.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
-    flags = [f"--model_dir={tmp_path}", f"--gin_bindings=eval.classifier_path='{path}'",
+    # Folders as a user types them: relative to where the binary runs.
+    flags = [f"--model_dir={relative(tmp_path)}",
+             f"--gin_bindings=eval.classifier_path='{relative(path)}'",
              "--gin_bindings=eval.num_samples=200", "--gin_bindings=eval.num_real=200",
              "--gin_bindings=eval.batch_size=100"]
-    proc = run_binary("eval.py", *flags, f"--checkpoint={tmp_path / 'ckpt-2'}")
+    proc = run_binary("eval.py", *flags, f"--checkpoint={relative(tmp_path / 'ckpt-2')}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["step"] == 2
     saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
@@ -174,8 +176,9 @@ def test_the_logit_gap_is_d_on_the_training_subset_minus_d_on_held_out_images(
 
 
 def test_quality_binary_end_to_end_on_the_tiny_config(tmp_path):
-    proc = run_binary("quality.py", f"--output_dir={tmp_path}", "--gin_file=gin/tiny.gin",
-                      "--classifier_epochs=1", "--gin_bindings=eval.every_steps=2",
+    proc = run_binary("quality.py", f"--output_dir={relative(tmp_path)}",
+                      "--gin_file=gin/tiny.gin", "--classifier_epochs=1",
+                      "--gin_bindings=eval.every_steps=2",
                       "--gin_bindings=eval.num_samples=50", "--gin_bindings=eval.num_real=50",
                       "--gin_bindings=eval.batch_size=50")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -3,9 +3,10 @@
 The quick start's lines are read from README.md itself (so the two cannot drift apart)
 and run one by one with bash from the root of a scratch checkout (tests/conftest.py's
 `scratch_checkout`), so `runs/default` is a relative folder as it is for a user. Only
-sizes change, for time; `SHORTER` lists every change. Then each other binary that reads
-a run folder (the evaluation sidecar, the quality benchmark, the local launcher) runs
-on a relative folder too.
+sizes change, for time; `SHORTER` lists every change. The other binaries that read a run
+folder get relative folders in their own tests (conftest.relative: the evaluation sidecar
+and the quality benchmark in tests/test_evaluator.py, the local launcher in
+tests/clusters.py, sweeps in tests/test_sweep.py).
 """
 
 from __future__ import annotations
@@ -115,34 +116,3 @@ def test_the_quick_start_resumes_samples_evaluates_and_exports_a_relative_run(qu
     tensorboard = next(line for line in lines if line.startswith(".venv/bin/tensorboard"))
     logdir = re.search(r"--logdir (\S+)", tensorboard).group(1)
     assert glob.glob(os.path.join(checkout, logdir, "default", "events.out.tfevents.*"))
-
-
-def test_the_sidecar_quality_and_launcher_take_relative_folders(quick_start):
-    checkout, _ = quick_start
-    python = ".venv/bin/python"
-    # The sidecar on the README's run: every checkpoint not yet evaluated, then it stops.
-    watch = run(checkout, f"{python} bin/eval.py --model_dir=runs/default --watch "
-                "--poll_secs=1 --gin_bindings=\"eval.classifier_path='runs/clf_mnist'\" "
-                "--gin_bindings=eval.num_samples=500")
-    assert watch.returncode == 0, watch.stderr[-3000:]
-    with open(os.path.join(checkout, "runs", "default", "eval", "metrics.json")) as f:
-        steps = [e["step"] for e in json.load(f)["evaluations"]]
-    assert sorted(steps) == [2, 4, 6], steps
-    # The quality benchmark, its classifier reused (the FID's Inception is tested elsewhere:
-    # on mnist5k's 5,000 real images it would take minutes).
-    os.makedirs(os.path.join(checkout, "runs", "q"))
-    os.symlink(os.path.join(checkout, "runs", "clf_mnist"),
-               os.path.join(checkout, "runs", "q", "classifier"))
-    quality = run(checkout, f"{python} bin/quality.py --output_dir=runs/q "
-                  "--gin_file=gin/tiny.gin --gin_bindings=eval.num_samples=500 --nofid")
-    assert quality.returncode == 0, quality.stderr[-3000:]
-    assert quality.stdout.strip() == os.path.join(checkout, "runs", "q", "metrics.json")
-    with open(os.path.join(checkout, "runs", "q", "metrics.json")) as f:
-        assert json.load(f)["steps"] == 4
-    # Two MultiWorkerMirrored workers: their processes run from the repository root, so
-    # the launcher must hand them the folder the user meant.
-    launch = run(checkout, f"{python} bin/launch_local.py --num_workers=2 "
-                 "--model_dir=runs/mwms --gin_file=gin/tiny.gin "
-                 "--gin_bindings=\"strategy.kind='multi_worker_mirrored'\"")
-    assert launch.returncode == 0, (launch.stdout[-3000:], launch.stderr[-2000:])
-    assert os.path.exists(os.path.join(checkout, "runs", "mwms", "ckpt-4.index"))
