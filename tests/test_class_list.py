@@ -50,3 +50,21 @@ def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
     os.rename(tmp_path / "data" / "dog", tmp_path / "data" / "ant")
     with pytest.raises(ConfigError, match=r"label 0 was 'cat', is now 'ant'"):
         train()
+
+
+
+def test_the_class_list_appears_whole_to_the_other_workers(tmp_path, monkeypatch):
+    """The chief writes classes.json while the other workers read it (a Slurm job once
+    failed on a half-written list): it is written under another name, then renamed."""
+    from paragan_tf.data import class_list
+    written, real_gfile = [], tf.io.gfile.GFile
+
+    def recording_gfile(path, mode="r"):
+        if "w" in mode:
+            written.append(os.path.basename(path))
+        return real_gfile(path, mode)
+    monkeypatch.setattr(tf.io.gfile, "GFile", recording_gfile)
+    class_list.keep_or_check(str(tmp_path), ["a", "b"], "data", write=True)
+    assert written and class_list.FILE not in written, written
+    assert class_list.saved(str(tmp_path)) == ["a", "b"]
+    assert sorted(os.listdir(tmp_path)) == [class_list.FILE]

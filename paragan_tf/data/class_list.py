@@ -43,8 +43,12 @@ def keep_or_check(model_dir: str, names: Sequence[str], dataset: str, write: boo
     before = saved(model_dir)
     if before is None:
         if write and names:
-            with tf.io.gfile.GFile(os.path.join(model_dir, FILE), "w") as f:
+            # Whole or not at all: the other workers of the run read it at the same moment
+            # (a worker once read a half-written list and the Slurm job failed).
+            path = os.path.join(model_dir, FILE)
+            with tf.io.gfile.GFile(path + ".tmp", "w") as f:
                 json.dump({"dataset": dataset, "classes": names}, f, indent=1)
+            tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
         return
     if before == names or not names:
         return
