@@ -52,7 +52,6 @@ def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
         train()
 
 
-
 def test_the_class_list_appears_whole_to_the_other_workers(tmp_path, monkeypatch):
     """The chief writes classes.json while the other workers read it (a Slurm job once
     failed on a half-written list): it is written under another name, then renamed."""
