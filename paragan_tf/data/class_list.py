@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
+from paragan_tf import files
 from paragan_tf.errors import ConfigError
 
 FILE = "classes.json"
@@ -45,10 +46,8 @@ def keep_or_check(model_dir: str, names: Sequence[str], dataset: str, write: boo
         if write and names:
             # Whole or not at all: the other workers of the run read it at the same moment
             # (a worker once read a half-written list and the Slurm job failed).
-            path = os.path.join(model_dir, FILE)
-            with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-                json.dump({"dataset": dataset, "classes": names}, f, indent=1)
-            tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+            files.write_whole(os.path.join(model_dir, FILE),
+                              json.dumps({"dataset": dataset, "classes": names}, indent=1))
         return
     if before == names or not names:
         return

@@ -17,6 +17,8 @@ from typing import Dict, Optional
 from absl import logging
 import tensorflow as tf
 
+from paragan_tf import files
+
 METRICS_FILE = "metrics.json"
 
 
@@ -49,10 +51,8 @@ class History:
             history["best"] = dict(entry, checkpoint=self._keep_best(checkpoint))
             logging.info("best %s so far (%.4g) at step %d: %s", key, result[key], step,
                          history["best"]["checkpoint"])
-        path = os.path.join(self.output_dir, METRICS_FILE)
-        with tf.io.gfile.GFile(path + ".tmp", "w") as f:
-            json.dump(history, f, indent=1)
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+        files.write_whole(os.path.join(self.output_dir, METRICS_FILE),
+                          json.dumps(history, indent=1))
 
     def _keep_best(self, checkpoint: str) -> str:
         """Copies the checkpoint's files to output_dir/best/ (replacing the previous best)."""

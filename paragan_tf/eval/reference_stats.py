@@ -27,6 +27,7 @@ from typing import Dict, Optional
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf import files
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import metrics
 
@@ -63,9 +64,7 @@ def write(path: str, features: np.ndarray, protocol: Dict[str, object]) -> Refer
     tf.io.gfile.makedirs(os.path.dirname(path) or ".")
     buffer = io.BytesIO()  # np.savez reads back what it writes: not on a remote GFile
     np.savez(buffer, mu=mu, sigma=sigma, protocol=json.dumps(protocol))
-    with tf.io.gfile.GFile(path + ".tmp", "wb") as f:
-        f.write(buffer.getvalue())
-    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    files.write_whole(path, buffer.getvalue())
     return Reference(mu, sigma, protocol, path, _sha1(path))
 
 
