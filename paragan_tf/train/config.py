@@ -16,6 +16,11 @@ class TrainConfig:
 
     Attributes:
       total_steps: train steps (G updates) to reach; a resumed run continues to it.
+      max_minutes: also stop, as at the last step (final checkpoint, samples, log,
+        train_result.json), once this many minutes of training have passed in this
+        process (start-up excluded, the first traced call included); 0: no limit.
+        For time-to-quality studies and fixed compute budgets; refused under
+        MultiWorkerMirroredStrategy, whose workers' clocks would disagree on the step.
       batch_size: global batch per micro-batch, over all replicas.
       d_steps: D updates per G update, each on a fresh real batch.
       steps_per_loop: train steps inside one tf.function call (TPU iterations_per_loop).
@@ -52,6 +57,7 @@ class TrainConfig:
     """
 
     total_steps: int = gin.REQUIRED
+    max_minutes: float = 0.0
     batch_size: int = 64
     d_steps: int = 2
     steps_per_loop: int = 10
@@ -84,9 +90,10 @@ class TrainConfig:
         if self.resume_input not in ("replay", "reshuffle"):
             raise ConfigError(f"train.resume_input={self.resume_input!r} must be 'replay' or "
                               f"'reshuffle'")
-        if self.clip_norm < 0 or self.ortho_reg < 0 or self.profile_steps < 0:
-            raise ConfigError("train.clip_norm, train.ortho_reg and train.profile_steps must "
-                              "be >= 0")
+        if (self.clip_norm < 0 or self.ortho_reg < 0 or self.profile_steps < 0
+                or self.max_minutes < 0):
+            raise ConfigError("train.clip_norm, train.ortho_reg, train.profile_steps and "
+                              "train.max_minutes must be >= 0")
 
     @property
     def real_images_per_step(self) -> int:

@@ -4,7 +4,8 @@ After orbit's Controller: a Trainer (train/trainer.py) runs steps; the
 Controller owns everything around them:
 
 - the loop: `trainer.train(n)` with n never past the next interval boundary, to
-  `train.total_steps`;
+  `train.total_steps`, or until `train.max_minutes` of training have passed (the
+  step reached then is treated as the last);
 - the actions, each run on exact multiples of its interval and at the end: a
   progress line with TensorBoard scalars and a `stats.jsonl` record (`log`,
   every `train.log_every`), sample grids (`samples`, `train.sample_every`),
@@ -39,7 +40,7 @@ import numpy as np
 import tensorflow as tf
 
 from paragan_tf.data import class_list
-from paragan_tf.errors import Diverged
+from paragan_tf.errors import ConfigError, Diverged
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.generate import sampling
 from paragan_tf.train import checkpoints
@@ -164,6 +165,11 @@ class Controller:
 
     def _setup(self) -> None:
         exp, trainer, model_dir = self.exp, self.trainer, self.model_dir
+        multi_worker = isinstance(exp.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        if multi_worker and exp.config.max_minutes:
+            raise ConfigError(f"train.max_minutes={exp.config.max_minutes} is not available "
+                              f"under strategy.kind='multi_worker_mirrored': each worker's "
+                              f"clock would pick its own last step; use train.total_steps")
         is_chief = trainer.is_chief
         tf.io.gfile.makedirs(model_dir)
         logging.info("%s", class_list.describe(exp.source.class_names))
@@ -174,7 +180,7 @@ class Controller:
         # Multi-worker mirrored: SIGTERM is TensorFlow's handler's business, so that every
         # worker saves at the same step; this process then only handles SIGINT.
         self.handler = None
-        if isinstance(exp.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        if multi_worker:
             self.handler = preemption.MultiWorkerPreemption(
                 exp.strategy, self.ckpt, exp.config.max_to_keep,
                 lambda: int(exp.step.numpy()))
@@ -204,6 +210,7 @@ class Controller:
                    Action("checkpoint", cfg.checkpoint_every, self._checkpoint),
                    Action("evaluation", exp.eval_config.every_steps, self._evaluate)]
         begun, calls = time.perf_counter(), 0
+        budget = cfg.max_minutes * 60.0
         signals = (signal.SIGINT,) if self.handler else (signal.SIGTERM, signal.SIGINT)
         with preemption.SignalFlag(signals) as flag:
             while self.scheduled < total and flag.signum is None:
@@ -213,6 +220,10 @@ class Controller:
                 profiler.before_call(self.scheduled, logged=bool(self.metrics))
                 progress = self._guarded(trainer.train, n)
                 self.scheduled += n
+                if budget and time.perf_counter() - begun >= budget and self.scheduled < total:
+                    logging.info("train.max_minutes=%g reached at %s %d: this is the last",
+                                 cfg.max_minutes, trainer.unit, self.scheduled)
+                    total = self.scheduled
                 profiler.after_call(self.scheduled)
                 self._add(progress, timed=calls > 0)
                 if self.scheduled == total:  # the last progress line counts every step

@@ -94,6 +94,11 @@ BAD_INPUT = {
     "no TPU": (["strategy.kind = 'tpu'", "strategy.tpu = 'local'"], "no TPU reachable"),
     "malformed TF_CONFIG": (["strategy.kind = 'multi_worker_mirrored'"],
                             "TF_CONFIG is not valid JSON", {"TF_CONFIG": '{"cluster": {'}),
+    # One worker: every worker's own clock would pick its own last step.
+    "time budget under multi-worker": (["strategy.kind = 'multi_worker_mirrored'",
+                                        "train.max_minutes = 1.0"],
+                                       "train.max_minutes=1.0 is not available under "
+                                       "strategy.kind='multi_worker_mirrored'"),
     "missing Slurm variable": (["strategy.kind = 'multi_worker_mirrored'",
                                 "cluster.source = 'slurm'"], "SLURM_STEP_NODELIST is not set",
                                {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
