@@ -8,7 +8,7 @@
 
 Builds the run from its operative_config.gin (one device unless --gin_bindings
 choose a strategy), restores each checkpoint, evaluates the EMA generator and
-writes <model_dir>/eval/metrics.json (every evaluation and the best), TensorBoard
+writes <model_dir>/eval/metrics.json (or --eval_dir's: every evaluation, the best), TensorBoard
 scalars metrics/* under <model_dir>/eval, and copies the best checkpoint to
 <model_dir>/eval/best/. --watch evaluates every checkpoint not yet evaluated, waits for
 new ones, and stops once the run has finished (train_result.json) and all are
@@ -40,6 +40,9 @@ from paragan_tf.train import model_dir as model_dir_lib
 FLAGS = flags.FLAGS
 common.define_gin_flags()
 flags.DEFINE_string("checkpoint", None, "Checkpoint prefix to evaluate; default the newest.")
+flags.DEFINE_string("eval_dir", None, "Folder of metrics.json, the scalars and best/ "
+                    "(default <model_dir>/eval); a second protocol of the same run (FID "
+                    "beside FCD) needs a folder of its own.")
 flags.DEFINE_bool("watch", False, "Evaluate every checkpoint as it appears (sidecar).")
 flags.DEFINE_float("poll_secs", 10.0, "--watch: seconds between looks for new checkpoints.")
 flags.DEFINE_float("timeout_secs", 3600.0, "--watch: give up after this long without one.")
@@ -89,7 +92,8 @@ def _main() -> int:
     if FLAGS.watch:
         _wait_for_first_checkpoint(model_dir)
     exp, path = common.restore_run(model_dir, FLAGS.checkpoint)
-    out_dir = os.path.join(model_dir, "eval")
+    out_dir = (model_dir_lib.resolve(FLAGS.eval_dir) if FLAGS.eval_dir
+               else os.path.join(model_dir, "eval"))
     evaluator = evaluator_lib.Evaluator(exp, out_dir)
     writer = tf.summary.create_file_writer(out_dir)
     saver = checkpoints.Checkpointer(model_dir, max_to_keep=1000, **exp.trackables())
