@@ -10,6 +10,7 @@
     python bin/bench.py --suite=small_data --output=runs/bench/small_data.json
     python bin/bench.py --suite=eval_scaling --output=runs/bench/eval_scaling.json
     python bin/bench.py --suite=eval --output=runs/bench/eval.json
+    python bin/bench.py --suite=time_to_quality --output=runs/bench/time_to_quality.json
 
 Suites (see benchmarks/, outside the package): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -29,8 +30,13 @@ precision, recall, conditional accuracy, D's logit gap), eval_scaling (seconds t
 generate and embed 10,000 evaluation samples with 1 and 2 MultiWorkerMirrored
 workers of one core each), eval (seconds for the FID Inception features of 10,000
 images at 32 and 128 px in float32 and the auto layout's precision, beside the
-classifier of FCD; bfloat16's change of the FID on the golden sets). Each but async_quality
-(6 x --budget_minutes, plus evaluation) and small_data (4 x ~10 minutes) runs with
+classifier of FCD; bfloat16's change of the FID on the golden sets), time_to_quality
+(--configs trained in turn for at most --budget_minutes each, --repeats times, every
+--mark_steps checkpoint scored afterwards: FCD, conditional accuracy, the last one's FID;
+training seconds to the first config's end-of-run quality; or --runs, folders
+trained elsewhere such as a sweep's, only scored). Each but async_quality
+(6 x --budget_minutes, plus evaluation), small_data (4 x ~10 minutes) and
+time_to_quality (the configs' training plus ~1 minute of scoring each) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (benchmarks/machine.py): CPU model, cores, ISA
 flags, threads, load before and after, free memory, versions, git commit, UTC
@@ -60,6 +66,7 @@ from benchmarks import machine
 from benchmarks import memory as memory_bench
 from benchmarks import small_data as small_data_bench
 from benchmarks import step as step_bench
+from benchmarks import time_to_quality as time_to_quality_bench
 from paragan_tf.errors import ConfigError
 
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
@@ -67,18 +74,32 @@ SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.inpu
               async_quality=async_quality_bench.async_quality,
               small_data=small_data_bench.small_data,
               eval_scaling=eval_scaling_bench.eval_scaling,
-              eval=eval_features_bench.eval_features)
+              eval=eval_features_bench.eval_features,
+              time_to_quality=time_to_quality_bench.time_to_quality)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
 flags.DEFINE_string("output", None, "Where to write the JSON result (default: stdout only).")
 flags.DEFINE_string("gin_file", "gin/biggan_cifar10.gin", "step: the experiment to time.")
-flags.DEFINE_multi_string("gin_bindings", [], "step: extra gin bindings.")
+flags.DEFINE_multi_string("gin_bindings", [], "step, time_to_quality: extra gin bindings.")
 flags.DEFINE_list("layouts", ["fp32", "auto"], "step: layouts (gin/layouts/<name>.gin) to time.")
 flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps).")
 flags.DEFINE_string("profile_dir", None,
                     "step: also trace 2 steps per layout with tf.profiler into this folder.")
-flags.DEFINE_float("budget_minutes", 10.0, "async_quality: wall-clock minutes per arm.")
+flags.DEFINE_float("budget_minutes", 10.0, "async_quality: wall-clock minutes per arm; "
+                   "time_to_quality: the most training minutes per config (12 by default).")
+flags.DEFINE_list("configs", list(time_to_quality_bench.CONFIGS),
+                  "time_to_quality: gin files to compare; the first sets the quality targets.")
+flags.DEFINE_integer("mark_steps", 100, "time_to_quality: steps between scored checkpoints.")
+flags.DEFINE_integer("repeats", 1, "time_to_quality: runs per config, in turn (A B A B).")
+flags.DEFINE_list("runs", [], "time_to_quality: score these finished run folders instead "
+                  "of training (needs --fcd_target and --accuracy_target).")
+flags.DEFINE_integer("fid_samples", 2000, "time_to_quality: generated images of the last "
+                     "checkpoint's FID; 0: no FID.")
+flags.DEFINE_float("fcd_target", None, "time_to_quality: FCD to reach (default: the first "
+                   "config's last mark).")
+flags.DEFINE_float("accuracy_target", None, "time_to_quality: conditional accuracy to reach "
+                   "(default: the first config's last mark).")
 flags.DEFINE_list("arms", [], "async_quality, small_data: arms to run (default: all of "
                   f"the suite's: {list(async_quality_bench.ARMS)}, "
                   f"{list(small_data_bench.ARMS)}).")
@@ -105,12 +126,27 @@ def main(argv):
         options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions)
     if FLAGS.suite == "small_data":
         options = dict(steps=FLAGS.train_steps)
+    if FLAGS.suite == "time_to_quality":
+        options = dict(configs=FLAGS.configs, mark_steps=FLAGS.mark_steps,
+                       repeats=FLAGS.repeats, runs=FLAGS.runs, bindings=FLAGS.gin_bindings,
+                       fid_samples=FLAGS.fid_samples, fcd_target=FLAGS.fcd_target,
+                       accuracy_target=FLAGS.accuracy_target)
+        if FLAGS["budget_minutes"].present:
+            options["budget_minutes"] = FLAGS.budget_minutes
     if FLAGS.arms and FLAGS.suite not in ("async_quality", "small_data"):
         common.fail(f"--arms applies to the async_quality and small_data suites, not to "
                     f"{FLAGS.suite}")
-    if FLAGS.eval_samples and FLAGS.suite not in ("async_quality", "small_data", "eval"):
-        common.fail(f"--eval_samples applies to the async_quality, small_data and eval "
-                    f"suites, not to {FLAGS.suite}")
+    if FLAGS.eval_samples and FLAGS.suite not in ("async_quality", "small_data", "eval",
+                                                  "time_to_quality"):
+        common.fail(f"--eval_samples applies to the async_quality, small_data, eval and "
+                    f"time_to_quality suites, not to {FLAGS.suite}")
+    own = {"configs": "time_to_quality", "mark_steps": "time_to_quality",
+           "repeats": "time_to_quality", "runs": "time_to_quality",
+           "fid_samples": "time_to_quality", "fcd_target": "time_to_quality",
+           "accuracy_target": "time_to_quality", "train_steps": "small_data"}
+    for name, suite in own.items():
+        if FLAGS[name].present and FLAGS.suite != suite:
+            common.fail(f"--{name} applies to the {suite} suite, not to {FLAGS.suite}")
     if FLAGS.arms:
         options["arms"] = FLAGS.arms
     if FLAGS.eval_samples:

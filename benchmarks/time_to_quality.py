@@ -1,0 +1,209 @@
+"""Time to quality: training seconds until a recipe reaches a quality (--suite=time_to_quality)
+
+Each config (a gin file, default: the previous default recipe of `make train`,
+benchmarks/recipes/mnist_default_v1.gin, and today's gin/mnist_default.gin) trains
+in its own process on this machine for at most `budget_minutes` of training
+(`train.max_minutes`) or its own `train.total_steps`, whichever comes first,
+with a checkpoint and a progress record every `mark_steps` steps and no
+evaluation inside the loop. Configs run in turn, A B A B when `repeats` > 1.
+After each run every checkpoint is scored with the EMA generator (bin/eval.py
+--watch on the finished run, so evaluation never touches the training clock):
+FCD and conditional accuracy with the dataset's classifier (trained once,
+bin/train_classifier.py), and FID on the standard Inception network at the last
+checkpoint (`fid_samples` generated images against the training split's
+statistics, embedded once per suite run; 0: no FID).
+
+The curve of each run: step, training seconds (stats.jsonl's wall_seconds at that
+step: since the process began training, tracing included), real images seen by D
+(step x batch x D steps x accumulation) and the metrics. Quality targets: FCD at
+most and conditional accuracy at least those of the first config's last mark
+(the reference recipe's end-of-run quality), unless `fcd_target` /
+`accuracy_target` are given. `seconds_to_target` is the training seconds of the
+first mark meeting both (None: not reached within the budget); `speedup` is the
+reference's median over each config's median.
+
+Also scores runs trained elsewhere (`runs`: e.g. every run of a bin/sweep.py
+sweep): the same curves and times to target, no training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from benchmarks import quality_runs
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import records
+
+CONFIGS = ("benchmarks/recipes/mnist_default_v1.gin", "gin/mnist_default.gin")
+METRICS = ("fcd", "conditional_accuracy")
+
+
+def _operative_int(model_dir: str, name: str, default: int) -> int:
+    """An integer binding of the run's operative_config.gin (train.batch_size, ...)."""
+    with open(os.path.join(model_dir, "operative_config.gin")) as f:
+        found = re.search(rf"^{re.escape(name)} = (\d+)$", f.read(), re.M)
+    return int(found.group(1)) if found else default
+
+
+def train(model_dir: str, config: str, bindings: Sequence[str], budget_minutes: float,
+          mark_steps: int) -> dict:
+    """bin/train.py until its budget or its last step; its train_result.json."""
+    shutil.rmtree(model_dir, ignore_errors=True)
+    marks = [f"train.max_minutes={budget_minutes}", f"train.checkpoint_every={mark_steps}",
+             f"train.log_every={mark_steps}", "train.max_to_keep=1000", "eval.every_steps=0"]
+    argv = [sys.executable, quality_runs.binary("train.py"), f"--model_dir={model_dir}",
+            f"--gin_file={config}"] + [f"--gin_bindings={b}" for b in list(bindings) + marks]
+    with open(model_dir + ".log", "w") as log:
+        code = subprocess.run(argv, cwd=quality_runs.REPO, stdout=log,
+                              stderr=subprocess.STDOUT).returncode
+    if code:
+        raise RuntimeError(f"{model_dir} failed with exit code {code}; see {model_dir}.log")
+    with open(os.path.join(model_dir, records.RESULT_FILE)) as f:
+        return json.load(f)
+
+
+def score(model_dir: str, classifier_dir: str, samples: int, real: int) -> None:
+    """FCD and conditional accuracy of every checkpoint of the finished run (eval/)."""
+    with open(model_dir + ".eval.log", "w") as log:
+        subprocess.run([sys.executable, quality_runs.binary("eval.py"),
+                        f"--model_dir={model_dir}", "--watch", "--poll_secs=1",
+                        f"--gin_bindings=eval.classifier_path='{classifier_dir}'",
+                        "--gin_bindings=eval.feature_extractor='classifier'",
+                        f"--gin_bindings=eval.num_samples={samples}",
+                        f"--gin_bindings=eval.num_real={real}"],
+                       check=True, cwd=quality_runs.REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def fid(model_dir: str, reference: str, samples: int, real: int) -> dict:
+    """FID (standard Inception) of the run's newest checkpoint, into eval_fid/."""
+    with open(model_dir + ".fid.log", "w") as log:
+        subprocess.run([sys.executable, quality_runs.binary("eval.py"),
+                        f"--model_dir={model_dir}", f"--eval_dir={model_dir}/eval_fid",
+                        "--gin_bindings=eval.feature_extractor='inception'",
+                        f"--gin_bindings=eval.reference_stats='{reference}'",
+                        f"--gin_bindings=eval.num_samples={samples}",
+                        f"--gin_bindings=eval.num_real={real}"],
+                       check=True, cwd=quality_runs.REPO, stdout=log, stderr=subprocess.STDOUT)
+    with open(os.path.join(model_dir, "eval_fid", "metrics.json")) as f:
+        final = max(json.load(f)["evaluations"], key=lambda e: e["step"])
+    return dict(step=final["step"], fid=final["fid"], protocol=final["protocol"])
+
+
+def curve(model_dir: str) -> List[dict]:
+    """The run's scored marks: step, training seconds, real images seen, metrics."""
+    seconds = {r["step"]: r["wall_seconds"] for r in records.read(model_dir, "log")}
+    per_step = (_operative_int(model_dir, "train.batch_size", 64)
+                * _operative_int(model_dir, "train.d_steps", 2)
+                * _operative_int(model_dir, "train.accumulation", 1))
+    with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
+        evaluations = sorted(json.load(f)["evaluations"], key=lambda e: e["step"])
+    return [dict(step=e["step"], seconds=seconds.get(e["step"]), images=e["step"] * per_step,
+                 protocol=e["protocol"], **{k: e[k] for k in METRICS})
+            for e in evaluations if e["step"] > 0]
+
+
+def seconds_to(points: List[dict], fcd: float, accuracy: float) -> Optional[float]:
+    """Training seconds of the first mark with FCD <= fcd and accuracy >= accuracy."""
+    for p in points:
+        if p["fcd"] <= fcd and p["conditional_accuracy"] >= accuracy:
+            return p["seconds"]
+    return None
+
+
+def _label(config: str) -> str:
+    return os.path.splitext(os.path.basename(config))[0]
+
+
+def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 12.0,
+                    mark_steps: int = 100, repeats: int = 1, runs: Sequence[str] = (),
+                    bindings: Sequence[str] = (), eval_samples: int = 5000,
+                    eval_real: int = 10000, fid_samples: int = 2000,
+                    fcd_target: Optional[float] = None,
+                    accuracy_target: Optional[float] = None, classifier_epochs: int = 4,
+                    work_dir: Optional[str] = None, classifier_dir: Optional[str] = None,
+                    progress: Callable[[str], None] = print) -> dict:
+    """Trains (or, with `runs`, only scores) and compares; see the module doc."""
+    if repeats < 1 or mark_steps < 1 or budget_minutes <= 0:
+        raise ConfigError("time_to_quality: repeats, mark_steps and budget_minutes must be "
+                          "positive")
+    if runs and (fcd_target is None or accuracy_target is None):
+        raise ConfigError("time_to_quality: scoring --runs needs --fcd_target and "
+                          "--accuracy_target (there is no reference config to take them from)")
+    if len({_label(c) for c in configs}) < len(configs):
+        raise ConfigError(f"time_to_quality: two configs share a file name in {list(configs)}: "
+                          f"their runs would share a folder")
+    missing = [c for c in configs if not os.path.exists(os.path.join(quality_runs.REPO, c))]
+    if missing and not runs:
+        raise ConfigError(f"time_to_quality: no such config {missing}")
+    work_dir = os.path.abspath(work_dir or os.path.join(quality_runs.REPO, "runs", "bench",
+                                                        "time_to_quality"))
+    classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
+    os.makedirs(work_dir, exist_ok=True)
+    data_config = configs[0] if not runs else os.path.join(runs[0], "operative_config.gin")
+    quality_runs.train_classifier(classifier_dir, data_config, classifier_epochs, progress)
+    started = time.time()
+    order = ([(os.path.basename(os.path.normpath(r)), None, os.path.abspath(r)) for r in runs]
+             or [(f"{_label(c)}_{i}" if repeats > 1 else _label(c), c, None)
+                 for i in range(repeats) for c in configs])
+    reference = None
+    if fid_samples:
+        reference = os.path.join(work_dir, "inception_reference.npz")
+        if not os.path.exists(reference):
+            progress(f"embedding up to {eval_real} real images with Inception: {reference}")
+            subprocess.run([sys.executable, quality_runs.binary("eval.py"),
+                            f"--gin_file={data_config}", f"--write_stats={reference}",
+                            "--gin_bindings=eval.feature_extractor='inception'",
+                            f"--gin_bindings=eval.num_real={eval_real}"],
+                           check=True, cwd=quality_runs.REPO, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    results: Dict[str, dict] = {}
+    for name, config, model_dir in order:
+        result: dict = dict(config=config)
+        if config is not None:
+            model_dir = os.path.join(work_dir, name)
+            progress(f"{name}: training up to {budget_minutes:g} min (log: {model_dir}.log)")
+            trained = train(model_dir, config, bindings, budget_minutes, mark_steps)
+            result.update(steps=int(trained["step"]), train_seconds=trained["wall_seconds"])
+        progress(f"{name}: scoring every checkpoint of {model_dir}")
+        score(model_dir, classifier_dir, eval_samples, eval_real)
+        result.update(model_dir=model_dir, curve=curve(model_dir))
+        if reference:
+            result["final_fid"] = fid(model_dir, reference, fid_samples, eval_real)
+        last = result["curve"][-1]
+        progress(f"{name}: step {last['step']} at {last['seconds']:.0f} s: FCD {last['fcd']:.3f}, "
+                 f"accuracy {last['conditional_accuracy']:.3f}"
+                 + (f", FID {result['final_fid']['fid']:.2f}" if reference else ""))
+        results[name] = result
+    first = results[order[0][0]]["curve"][-1]
+    targets = dict(fcd=first["fcd"] if fcd_target is None else fcd_target,
+                   conditional_accuracy=(first["conditional_accuracy"]
+                                         if accuracy_target is None else accuracy_target),
+                   source=("given" if fcd_target is not None and accuracy_target is not None
+                           else f"the last mark of {order[0][0]}"))
+    for result in results.values():
+        result["seconds_to_target"] = seconds_to(result["curve"], targets["fcd"],
+                                                 targets["conditional_accuracy"])
+    summary = {}
+    for config in (configs if not runs else ()):
+        times = [results[n]["seconds_to_target"] for n, c, _ in order if c == config]
+        reached = [t for t in times if t is not None]
+        summary[_label(config)] = dict(
+            seconds_to_target=times,
+            median=statistics.median(reached) if len(reached) == len(times) else None)
+    base = summary.get(_label(configs[0]), {}).get("median") if summary else None
+    for entry in summary.values():
+        entry["speedup"] = (base / entry["median"] if base and entry["median"] else None)
+    return {"suite": "time_to_quality", "configs": list(configs) if not runs else [],
+            "budget_minutes": budget_minutes, "mark_steps": mark_steps, "repeats": repeats,
+            "bindings": list(bindings), "eval_samples": eval_samples, "eval_real": eval_real,
+            "fid_samples": fid_samples, "targets": targets, "work_dir": work_dir,
+            "classifier_dir": classifier_dir, "seconds": time.time() - started,
+            "summary": summary, "runs": results}
