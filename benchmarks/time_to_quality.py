@@ -19,8 +19,9 @@ step: since the process began training, tracing included), real images seen by D
 most and conditional accuracy at least those of the first config's last mark
 (the reference recipe's end-of-run quality), unless `fcd_target` /
 `accuracy_target` are given. `seconds_to_target` is the training seconds of the
-first mark meeting both (None: not reached within the budget); `speedup` is the
-reference's median over each config's median.
+first mark meeting both (None: not reached within the budget), `seconds_to_fcd` the
+same for FCD alone at 10, 5, 2 and 1 (short runs that stop before the target are
+ranked by them); `speedup` is the reference's median over each config's median.
 
 Also scores runs trained elsewhere (`runs`: e.g. every run of a bin/sweep.py
 sweep): the same curves and times to target, no training.
@@ -28,6 +29,7 @@ sweep): the same curves and times to target, no training.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -44,6 +46,7 @@ from paragan_tf.train import records
 
 CONFIGS = ("benchmarks/recipes/mnist_default_v1.gin", "gin/mnist_default.gin")
 METRICS = ("fcd", "conditional_accuracy")
+FCD_LADDER = (10.0, 5.0, 2.0, 1.0)  # seconds_to_fcd: coarser marks than the target, for short runs
 
 
 def _operative_int(model_dir: str, name: str, default: int) -> int:
@@ -118,6 +121,22 @@ def seconds_to(points: List[dict], fcd: float, accuracy: float) -> Optional[floa
     return None
 
 
+def _run_folders(paths: Sequence[str]) -> List[str]:
+    """Run folders as given, a sweep's folder as its finished runs (sorted)."""
+    found = []
+    for path in paths:
+        if os.path.exists(os.path.join(path, "operative_config.gin")):
+            found.append(path)
+            continue
+        inside = sorted(os.path.dirname(p) for p in
+                        glob.glob(os.path.join(glob.escape(path), "*", records.RESULT_FILE)))
+        if not inside:
+            raise ConfigError(f"time_to_quality: {path} is neither a run folder nor a folder "
+                              f"of finished runs")
+        found.extend(inside)
+    return found
+
+
 def _label(config: str) -> str:
     return os.path.splitext(os.path.basename(config))[0]
 
@@ -147,6 +166,7 @@ def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 12
                                                         "time_to_quality"))
     classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
     os.makedirs(work_dir, exist_ok=True)
+    runs = _run_folders(runs)
     data_config = configs[0] if not runs else os.path.join(runs[0], "operative_config.gin")
     quality_runs.train_classifier(classifier_dir, data_config, classifier_epochs, progress)
     started = time.time()
@@ -191,6 +211,8 @@ def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 12
     for result in results.values():
         result["seconds_to_target"] = seconds_to(result["curve"], targets["fcd"],
                                                  targets["conditional_accuracy"])
+        result["seconds_to_fcd"] = {f"{fcd:g}": seconds_to(result["curve"], fcd, 0.0)
+                                    for fcd in FCD_LADDER}
     summary = {}
     for config in (configs if not runs else ()):
         times = [results[n]["seconds_to_target"] for n, c, _ in order if c == config]

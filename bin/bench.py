@@ -92,8 +92,9 @@ flags.DEFINE_list("configs", list(time_to_quality_bench.CONFIGS),
                   "time_to_quality: gin files to compare; the first sets the quality targets.")
 flags.DEFINE_integer("mark_steps", 100, "time_to_quality: steps between scored checkpoints.")
 flags.DEFINE_integer("repeats", 1, "time_to_quality: runs per config, in turn (A B A B).")
-flags.DEFINE_list("runs", [], "time_to_quality: score these finished run folders instead "
-                  "of training (needs --fcd_target and --accuracy_target).")
+flags.DEFINE_multi_string("runs", [], "time_to_quality: score these finished run folders "
+                          "(or every run under a sweep's folder) instead of training; "
+                          "needs --fcd_target and --accuracy_target. Repeatable.")
 flags.DEFINE_integer("fid_samples", 2000, "time_to_quality: generated images of the last "
                      "checkpoint's FID; 0: no FID.")
 flags.DEFINE_float("fcd_target", None, "time_to_quality: FCD to reach (default: the first "

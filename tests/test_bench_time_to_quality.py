@@ -35,7 +35,17 @@ def test_two_configs_are_trained_scored_at_every_mark_and_compared(tmp_path, mni
     assert result["targets"]["fcd"] == last["fcd"]
     assert result["targets"]["conditional_accuracy"] == last["conditional_accuracy"]
     assert tiny["seconds_to_target"] <= last["seconds"]
+    assert set(tiny["seconds_to_fcd"]) == {"10", "5", "2", "1"}
     assert result["summary"]["tiny"]["speedup"] == pytest.approx(1.0)
+    # A folder of finished runs (a sweep's) is scored run by run against given targets;
+    # their checkpoints were scored above already, so nothing is evaluated twice.
+    rescored = time_to_quality.time_to_quality(
+        runs=(str(tmp_path / "runs"),), fcd_target=1e9, accuracy_target=0.0, fid_samples=0,
+        eval_samples=100, eval_real=100, work_dir=str(tmp_path / "runs"),
+        classifier_dir=mnist_classifier[0])
+    assert set(rescored["runs"]) == {"tiny", "tiny_frozen_g"} and not rescored["summary"]
+    assert rescored["runs"]["tiny"]["curve"] == tiny["curve"]
+    assert rescored["runs"]["tiny"]["seconds_to_target"] == tiny["curve"][0]["seconds"]
     # Both configs trained what they name.
     operative = open(os.path.join(other["model_dir"], "operative_config.gin")).read()
     assert "learning_rate = 1e-12" in operative and "max_minutes = 5.0" in operative
