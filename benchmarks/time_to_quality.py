@@ -141,7 +141,7 @@ def _label(config: str) -> str:
     return os.path.splitext(os.path.basename(config))[0]
 
 
-def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 12.0,
+def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 20.0,
                     mark_steps: int = 100, repeats: int = 1, runs: Sequence[str] = (),
                     bindings: Sequence[str] = (), eval_samples: int = 5000,
                     eval_real: int = 10000, fid_samples: int = 2000,

@@ -87,7 +87,7 @@ flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up 
 flags.DEFINE_string("profile_dir", None,
                     "step: also trace 2 steps per layout with tf.profiler into this folder.")
 flags.DEFINE_float("budget_minutes", 10.0, "async_quality: wall-clock minutes per arm; "
-                   "time_to_quality: the most training minutes per config (12 by default).")
+                   "time_to_quality: the most training minutes per config (20 by default).")
 flags.DEFINE_list("configs", list(time_to_quality_bench.CONFIGS),
                   "time_to_quality: gin files to compare; the first sets the quality targets.")
 flags.DEFINE_integer("mark_steps", 100, "time_to_quality: steps between scored checkpoints.")
