@@ -94,11 +94,14 @@ BAD_INPUT = {
     "no TPU": (["strategy.kind = 'tpu'", "strategy.tpu = 'local'"], "no TPU reachable"),
     "malformed TF_CONFIG": (["strategy.kind = 'multi_worker_mirrored'"],
                             "TF_CONFIG is not valid JSON", {"TF_CONFIG": '{"cluster": {'}),
-    # One worker: every worker's own clock would pick its own last step.
+    # A one-worker cluster (port 0: any free one); each worker's clock would pick its own
+    # last step.
     "time budget under multi-worker": (["strategy.kind = 'multi_worker_mirrored'",
                                         "train.max_minutes = 1.0"],
                                        "train.max_minutes=1.0 is not available under "
-                                       "strategy.kind='multi_worker_mirrored'"),
+                                       "strategy.kind='multi_worker_mirrored'",
+                                       {"TF_CONFIG": '{"cluster": {"worker": ["127.0.0.1:0"]}, '
+                                                     '"task": {"type": "worker", "index": 0}}'}),
     "missing Slurm variable": (["strategy.kind = 'multi_worker_mirrored'",
                                 "cluster.source = 'slurm'"], "SLURM_STEP_NODELIST is not set",
                                {"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2",
