@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from benchmarks import quality_runs
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import config as train_config
 from paragan_tf.train import records
 
 CONFIGS = ("benchmarks/recipes/mnist_default_v1.gin", "gin/mnist_default.gin")
@@ -103,9 +104,10 @@ def fid(model_dir: str, reference: str, samples: int, real: int) -> dict:
 def curve(model_dir: str) -> List[dict]:
     """The run's scored marks: step, training seconds, real images seen, metrics."""
     seconds = {r["step"]: r["wall_seconds"] for r in records.read(model_dir, "log")}
-    per_step = (_operative_int(model_dir, "train.batch_size", 64)
-                * _operative_int(model_dir, "train.d_steps", 2)
-                * _operative_int(model_dir, "train.accumulation", 1))
+    default = train_config.defaults(train_config.TrainConfig)
+    per_step = 1
+    for name in ("batch_size", "d_steps", "accumulation"):
+        per_step *= _operative_int(model_dir, f"train.{name}", default[name])
     with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
         evaluations = sorted(json.load(f)["evaluations"], key=lambda e: e["step"])
     return [dict(step=e["step"], seconds=seconds.get(e["step"]), images=e["step"] * per_step,
