@@ -86,6 +86,20 @@ def score(model_dir: str, classifier_dir: str, samples: int, real: int) -> None:
                        check=True, cwd=quality_runs.REPO, stdout=log, stderr=subprocess.STDOUT)
 
 
+def reference_stats(path: str, config: str, bindings: Sequence[str], real: int,
+                    progress: Callable[[str], None]) -> None:
+    """Inception statistics of up to `real` images of the config's reference split, once."""
+    if os.path.exists(path):
+        return
+    progress(f"embedding up to {real} real images with Inception: {path}")
+    subprocess.run([sys.executable, quality_runs.binary("eval.py"), f"--gin_file={config}",
+                    f"--write_stats={path}", "--gin_bindings=eval.feature_extractor='inception'",
+                    f"--gin_bindings=eval.num_real={real}"]
+                   + [f"--gin_bindings={b}" for b in bindings],
+                   check=True, cwd=quality_runs.REPO, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
 def fid(model_dir: str, reference: str, samples: int, real: int) -> dict:
     """FID (standard Inception) of the run's newest checkpoint, into eval_fid/."""
     with open(model_dir + ".fid.log", "w") as log:
@@ -101,7 +115,7 @@ def fid(model_dir: str, reference: str, samples: int, real: int) -> dict:
     return dict(step=final["step"], fid=final["fid"], protocol=final["protocol"])
 
 
-def curve(model_dir: str) -> List[dict]:
+def curve(model_dir: str, metrics: Sequence[str] = METRICS) -> List[dict]:
     """The run's scored marks: step, training seconds, real images seen, metrics."""
     seconds = {r["step"]: r["wall_seconds"] for r in records.read(model_dir, "log")}
     default = train_config.defaults(train_config.TrainConfig)
@@ -111,7 +125,7 @@ def curve(model_dir: str) -> List[dict]:
     with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
         evaluations = sorted(json.load(f)["evaluations"], key=lambda e: e["step"])
     return [dict(step=e["step"], seconds=seconds.get(e["step"]), images=e["step"] * per_step,
-                 protocol=e["protocol"], **{k: e[k] for k in METRICS})
+                 protocol=e["protocol"], **{k: e[k] for k in metrics})
             for e in evaluations if e["step"] > 0]
 
 
@@ -178,14 +192,7 @@ def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 20
     reference = None
     if fid_samples:
         reference = os.path.join(work_dir, "inception_reference.npz")
-        if not os.path.exists(reference):
-            progress(f"embedding up to {eval_real} real images with Inception: {reference}")
-            subprocess.run([sys.executable, quality_runs.binary("eval.py"),
-                            f"--gin_file={data_config}", f"--write_stats={reference}",
-                            "--gin_bindings=eval.feature_extractor='inception'",
-                            f"--gin_bindings=eval.num_real={eval_real}"],
-                           check=True, cwd=quality_runs.REPO, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+        reference_stats(reference, data_config, (), eval_real, progress)
     results: Dict[str, dict] = {}
     for name, config, model_dir in order:
         result: dict = dict(config=config)
