@@ -8,14 +8,8 @@ pipeline (in-memory data, cached: its wait is reported, not hidden); when the
 experiment's data is not on this machine (CIFAR-10 cannot be downloaded here)
 a synthetic source of the same shape stands in, and the JSON says so.
 
-FLOPs per train step are counted from the model: TensorFlow's profiler counts
-the forward FLOPs of G and D (a multiply-add is 2) on their traced graphs;
-backward passes are counted by the usual rule (a weight+input backward is 2x
-its forward), except where the step computes less: D's backward inside the G
-update needs input gradients only (1x). Per update with k micro-batches:
-
-  D update  k * (G_fwd(B) + 3 * D_fwd(2B))       (fakes and reals in one D call)
-  G update  k * (3 * G_fwd(B) + 2 * D_fwd(B))
+FLOPs per train step are counted from the model (paragan_tf/scale/flops.py:
+the profiler's forward counts of G and D, backward passes by the usual rule).
 
 With a profile directory, two more steps per layout run under tf.profiler and
 the JSON gets each op type's share of busy time (`profile.op_time_share`): the
@@ -42,6 +36,7 @@ from benchmarks import machine
 from benchmarks import profile as profile_lib
 from paragan_tf import layout as layout_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.scale import flops as flops_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import loop as loop_lib
 
@@ -127,43 +122,16 @@ def conv_gflops(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Seque
     return flops / _median_seconds(lambda: run().numpy(), repeats) / 1e9
 
 
-def _profile(fn, *specs) -> Tuple[int, Tuple[list, list]]:
-    """(forward FLOPs of fn's graph, (input shape, kernel shape) of its largest Conv2D)."""
-    graph = tf.function(fn).get_concrete_function(*specs).graph
-    options = tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
-    options["output"] = "none"
-    total = tf.compat.v1.profiler.profile(graph=graph, options=options).total_float_ops
-    convs = [tuple(t.shape.as_list() for t in op.inputs[:2])
-             for op in graph.get_operations() if op.type == "Conv2D"]
-    return total, max(convs, key=_conv_size)
-
-
-def _conv_size(shapes) -> int:
-    """Multiply-adds of a stride-1 SAME Conv2D from its (input, kernel) shapes."""
-    (batch, height, width, _), kernel = shapes
-    return batch * height * width * kernel[0] * kernel[1] * kernel[2] * kernel[3]
-
-
 def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
     """Forward FLOPs of G and D at the per-replica batch, training FLOPs per train step."""
-    g, d, cfg = exp.generator, exp.discriminator, exp.config
-    batch = cfg.batch_size // exp.strategy.num_replicas_in_sync
-    size, channels = exp.data.resolution, exp.source.channels
-    labels = tf.TensorSpec([batch], tf.int32)
-    g_fwd, g_conv = _profile(lambda z, y: g((z, y), training=True),
-                             tf.TensorSpec([batch, g.dim_z]), labels)
-    d_fwd, _ = _profile(lambda x, y: d((x, y), training=True),
-                        tf.TensorSpec([batch, size, size, channels]), labels)
-    # D's update sees fakes and reals in one call: its convolutions run at 2 * batch.
-    d_fwd2, d_conv = _profile(lambda x, y: d((x, y), training=True),
-                              tf.TensorSpec([2 * batch, size, size, channels]),
-                              tf.TensorSpec([2 * batch], tf.int32))
-    conv = max(g_conv, d_conv, key=_conv_size)
-    k = cfg.accumulation
-    per_replica = cfg.d_steps * k * (g_fwd + 3 * d_fwd2) + k * (3 * g_fwd + 2 * d_fwd)
-    return dict(g_forward_flops=g_fwd, d_forward_flops=d_fwd,
-                train_step_flops=per_replica * exp.strategy.num_replicas_in_sync,
-                dominant_conv=dict(input=conv[0], kernel=conv[1]))
+    cfg = exp.config
+    count = flops_lib.forward(exp.generator, exp.discriminator,
+                              cfg.batch_size // exp.strategy.num_replicas_in_sync)
+    input_shape, kernel = count.dominant_conv
+    return dict(g_forward_flops=count.g, d_forward_flops=count.d,
+                train_step_flops=(count.train_step(cfg.d_steps, cfg.accumulation)
+                                  * exp.strategy.num_replicas_in_sync),
+                dominant_conv=dict(input=input_shape, kernel=kernel))
 
 
 def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object, str]:

@@ -1,21 +1,21 @@
-"""The machine record's theoretical peak (benchmarks/machine.py): FLOP per cycle by ISA, and the
-clock, measured or said to be assumed."""
+"""The CPU's theoretical peak (paragan_tf/scale/cpu_peak.py, in every benchmark's machine
+record): FLOP per cycle by ISA, and the clock, measured or said to be assumed."""
 
 from __future__ import annotations
 
 import platform
 import sys
 
-from benchmarks import machine
+from paragan_tf.scale import cpu_peak
 
 
 def test_flop_per_cycle_rows_follow_the_isa(monkeypatch):
     def peak(vendor, family, flags):
-        monkeypatch.setattr(machine, "_cpuinfo",
+        monkeypatch.setattr(cpu_peak, "cpuinfo",
                             lambda: {"vendor_id": vendor, "cpu family": family})
-        monkeypatch.setattr(machine.layout_lib, "cpu_features", lambda: frozenset(flags))
-        monkeypatch.setattr(machine, "physical_cores", lambda: 2)
-        return machine.theoretical_peak(clock_ghz=3.0)
+        monkeypatch.setattr(cpu_peak.layout_lib, "cpu_features", lambda: frozenset(flags))
+        monkeypatch.setattr(cpu_peak, "physical_cores", lambda: 2)
+        return cpu_peak.theoretical_peak(clock_ghz=3.0)
     zen4 = peak("AuthenticAMD", "25", {"avx2", "fma", "avx512f", "avx512_bf16"})
     assert (zen4["fp32_gflops"], zen4["bf16_gflops"]) == (2 * 3.0 * 32, 2 * 3.0 * 64)
     spr = peak("GenuineIntel", "6", {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"})
@@ -26,14 +26,14 @@ def test_flop_per_cycle_rows_follow_the_isa(monkeypatch):
 
 
 def test_the_clock_is_measured_on_x86_linux_and_said_to_be_assumed_elsewhere(monkeypatch):
-    ghz = machine.measure_clock_ghz()
+    ghz = cpu_peak.measure_clock_ghz()
     if platform.machine() in ("x86_64", "AMD64") and sys.platform.startswith("linux"):
         assert ghz is not None and 0.8 < ghz < 6.5
-        assert machine.theoretical_peak(clock_ghz=ghz)["clock_source"].startswith("measured")
+        assert cpu_peak.theoretical_peak(clock_ghz=ghz)["clock_source"].startswith("measured")
     else:
         assert ghz is None
     # Where no clock can be measured, the peak rests on cpuinfo's figure and says so.
-    monkeypatch.setattr(machine, "measure_clock_ghz", lambda: None)
-    monkeypatch.setattr(machine, "_cpuinfo", lambda: {"cpu MHz": "2596.0"})
-    peak = machine.theoretical_peak()
+    monkeypatch.setattr(cpu_peak, "measure_clock_ghz", lambda: None)
+    monkeypatch.setattr(cpu_peak, "cpuinfo", lambda: {"cpu MHz": "2596.0"})
+    peak = cpu_peak.theoretical_peak()
     assert peak["clock_source"].startswith("assumed") and peak["clock_ghz"] == 2.596
