@@ -90,13 +90,14 @@ flags.DEFINE_float("budget_minutes", 10.0, "async_quality: wall-clock minutes pe
                    "time_to_quality: the most training minutes per config (20 by default).")
 flags.DEFINE_list("configs", list(time_to_quality_bench.CONFIGS),
                   "time_to_quality: gin files to compare; the first sets the quality targets.")
-flags.DEFINE_integer("mark_steps", 100, "time_to_quality: steps between scored checkpoints.")
+flags.DEFINE_integer("mark_steps", None, "time_to_quality, small_data: steps between scored "
+                     "checkpoints (default: 100, 400).")
 flags.DEFINE_integer("repeats", 1, "time_to_quality: runs per config, in turn (A B A B).")
 flags.DEFINE_multi_string("runs", [], "time_to_quality: score these finished run folders "
                           "(or every run under a sweep's folder) instead of training; "
                           "needs --fcd_target and --accuracy_target. Repeatable.")
-flags.DEFINE_integer("fid_samples", 2000, "time_to_quality: generated images of the last "
-                     "checkpoint's FID; 0: no FID.")
+flags.DEFINE_integer("fid_samples", None, "time_to_quality, small_data: generated images of "
+                     "the last checkpoint's FID (default: 2,000, 1,000); 0: no FID.")
 flags.DEFINE_float("fcd_target", None, "time_to_quality: FCD to reach (default: the first "
                    "config's last mark).")
 flags.DEFINE_float("accuracy_target", None, "time_to_quality: conditional accuracy to reach "
@@ -108,7 +109,8 @@ flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS),
                   "async_quality: even workers, a straggler, or both.")
 flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated images per "
                      "FCD (default: 5,000 and 10,000); eval: images per arm (10,000).")
-flags.DEFINE_integer("train_steps", 800, "small_data: training steps of every arm.")
+flags.DEFINE_integer("train_steps", 1600, "small_data: training steps of every arm.")
+flags.DEFINE_integer("per_class", 50, "small_data: training images of each class.")
 flags.mark_flag_as_required("suite")
 
 
@@ -126,11 +128,10 @@ def main(argv):
     if FLAGS.suite == "async_quality":
         options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions)
     if FLAGS.suite == "small_data":
-        options = dict(steps=FLAGS.train_steps)
+        options = dict(steps=FLAGS.train_steps, per_class=FLAGS.per_class)
     if FLAGS.suite == "time_to_quality":
-        options = dict(configs=FLAGS.configs, mark_steps=FLAGS.mark_steps,
-                       repeats=FLAGS.repeats, runs=FLAGS.runs, bindings=FLAGS.gin_bindings,
-                       fid_samples=FLAGS.fid_samples, fcd_target=FLAGS.fcd_target,
+        options = dict(configs=FLAGS.configs, repeats=FLAGS.repeats, runs=FLAGS.runs,
+                       bindings=FLAGS.gin_bindings, fcd_target=FLAGS.fcd_target,
                        accuracy_target=FLAGS.accuracy_target)
         if FLAGS["budget_minutes"].present:
             options["budget_minutes"] = FLAGS.budget_minutes
@@ -141,13 +142,17 @@ def main(argv):
                                                   "time_to_quality"):
         common.fail(f"--eval_samples applies to the async_quality, small_data, eval and "
                     f"time_to_quality suites, not to {FLAGS.suite}")
-    own = {"configs": "time_to_quality", "mark_steps": "time_to_quality",
-           "repeats": "time_to_quality", "runs": "time_to_quality",
-           "fid_samples": "time_to_quality", "fcd_target": "time_to_quality",
-           "accuracy_target": "time_to_quality", "train_steps": "small_data"}
-    for name, suite in own.items():
-        if FLAGS[name].present and FLAGS.suite != suite:
-            common.fail(f"--{name} applies to the {suite} suite, not to {FLAGS.suite}")
+    own = {"configs": ("time_to_quality",), "mark_steps": ("time_to_quality", "small_data"),
+           "repeats": ("time_to_quality",), "runs": ("time_to_quality",),
+           "fid_samples": ("time_to_quality", "small_data"),
+           "fcd_target": ("time_to_quality",), "accuracy_target": ("time_to_quality",),
+           "train_steps": ("small_data",), "per_class": ("small_data",)}
+    for name, suites in own.items():
+        if FLAGS[name].present and FLAGS.suite not in suites:
+            common.fail(f"--{name} applies to the {' and '.join(suites)} suite"
+                        f"{'s' if len(suites) > 1 else ''}, not to {FLAGS.suite}")
+        if FLAGS[name].present and name in ("mark_steps", "fid_samples"):
+            options[name] = FLAGS[name].value
     if FLAGS.arms:
         options["arms"] = FLAGS.arms
     if FLAGS.eval_samples:
