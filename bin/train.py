@@ -28,6 +28,7 @@ import tensorflow as tf
 from paragan_tf.distribute import cluster
 from paragan_tf.distribute import server
 from paragan_tf.errors import Diverged
+from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import async_loop
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
@@ -57,7 +58,9 @@ def _main() -> int:
     exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
-        facts["memory"] = experiment.memory_plan(exp, FLAGS.memory_gib)
+        memory = experiment.memory_of(exp)
+        facts["memory"] = experiment.memory_plan(exp, FLAGS.memory_gib, memory)
+        facts["plan"] = plan_lib.detected_line(exp, memory)
         print(json.dumps(facts), flush=True)
         return 0
     asynchronous = isinstance(exp.strategy, tf.distribute.experimental.ParameterServerStrategy)

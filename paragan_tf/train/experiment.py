@@ -39,6 +39,7 @@ from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.scale import memory as memory_lib
+from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import ema as ema_lib
 from paragan_tf.train import optimizers
@@ -125,7 +126,6 @@ class Experiment:
                     **({} if self.lecam_state is None else dict(lecam_state=self.lecam_state)),
                     **(self.augment.trackables()
                        if isinstance(self.augment, ada_lib.AdaptiveAugment) else {}))
-
 
     @property
     def eval_config(self) -> EvalConfig:
@@ -221,11 +221,17 @@ def weights_digest(exp: Experiment) -> str:
     return digest.hexdigest()[:16]
 
 
-def memory_plan(exp: Experiment, memory_gib: Optional[float] = None) -> dict:
-    """Per-replica memory of this run (see scale/memory.py); the largest batch fitting
-    `memory_gib` GiB, or the detected device's memory when None."""
-    plan = memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
+def memory_of(exp: Experiment) -> memory_lib.Plan:
+    """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
+    return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
                            exp.g_optimizer, exp.d_optimizer, exp.config.accumulation)
+
+
+def memory_plan(exp: Experiment, memory_gib: Optional[float] = None,
+                plan: Optional[memory_lib.Plan] = None) -> dict:
+    """Per-replica memory of this run (`plan`, or memory_of(exp)); the largest batch
+    fitting `memory_gib` GiB, or the detected device's memory when None."""
+    plan = plan or memory_of(exp)
     budget = (int(memory_gib * memory_lib.GIB) if memory_gib
               else memory_lib.device_memory_bytes(exp.layout.hardware.accelerator))
     report = plan.report(exp.config.batch_size // exp.strategy.num_replicas_in_sync, budget)
@@ -234,6 +240,31 @@ def memory_plan(exp: Experiment, memory_gib: Optional[float] = None) -> dict:
                                f"detected {exp.layout.hardware.accelerator}" if budget else
                                "unknown: pass --memory_gib")
     return report
+
+
+def plan_model(precisions: Sequence[str],
+               progress: Callable[[str], None] = print) -> plan_lib.Model:
+    """What the scale plan needs of the parsed (unfinalised) gin config: its models built
+    once per precision in `precisions` on this host (nothing trains), their memory
+    plans and FLOP counts (scale/plan.py)."""
+    configured = plan_lib.configured_precision()
+    memory, exp = {}, None
+    with gin.unlock_config():
+        # The weights' values do not matter to a plan; orthogonal initialisation (a QR
+        # decomposition per weight) was 40 of the 50 s that building BigGAN-128 took.
+        for network in ("Generator", "Discriminator"):
+            gin.bind_parameter(f"{network}.init", "N02")
+    for precision in precisions:
+        with gin.unlock_config():
+            gin.bind_parameter("layout.precision", precision)
+        progress(f"building the models at {precision}")
+        exp = build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), check_data=False)
+        progress(f"tracing the memory plan at {precision}")
+        memory[precision] = memory_of(exp)
+    with gin.unlock_config():
+        gin.bind_parameter("layout.precision", configured)
+    progress("counting the train step's FLOPs")
+    return plan_lib.model_of(exp, memory, configured)
 
 
 def summary(exp: Experiment) -> dict:

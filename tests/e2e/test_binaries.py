@@ -76,6 +76,8 @@ def test_dry_run_prints_the_reference_cifar10_counts():
     assert facts["strategy"] == "OneDeviceStrategy" and facts["num_replicas"] == 1
     assert facts["global_batch_size"] == 50
     assert facts["data_ready"] is False and "tfds build cifar10" in facts["data_error"]
+    # The scale plan of this run on this machine, one line (paragan_tf/scale/plan.py).
+    assert facts["plan"].startswith("this_cpux1 ") and " s/step " in facts["plan"]
 
 
 BAD_INPUT = {

@@ -1,0 +1,189 @@
+"""The device catalogue of the scale plan: every number the plan assumes, with its source.
+
+One row per device kind, the unit being what TensorFlow sees as one replica
+(a GPU; a TPU v3 core, as ParaGAN's "1024 TPU cores" counts them; a TPU v4
+chip, whose two cores act as one device):
+
+  peak_*_tflops     datasheet peak per device, dense (no sparsity); 0 = no such unit
+  memory_gib        memory per device
+  per_host          devices joined by the fast links (one all-reduce ring inside such a
+                    group, one across groups): the GPUs of a host; for TPUs the whole
+                    pod, whose ICI joins every chip of a slice
+  intra_gbps        all-reduce bandwidth per device inside the group, GB/s per
+                    direction (NVLink; for TPUs the pod's all-reduce bandwidth per device)
+  inter_gbps        bandwidth per device across groups, GB/s (the host's NICs / per_host)
+  per_input_host    devices one host's CPUs feed (8 GPUs; 8 TPU v3 cores; 4 TPU v4 chips)
+  input_per_host    images/s one host's CPUs decode, crop and batch (named assumption,
+                    see INPUT_PER_HOST)
+  family            efficiencies are calibrated per family (EFFICIENCY)
+
+Efficiency is the fraction of the datasheet peak a BigGAN train step reaches:
+one number per family and precision, calibrated from one published run each
+(docs/scale.md; tests/test_plan.py re-derives them from the published numbers
+and our FLOP counter, and checks them on the other runs):
+
+  gpu, float32    BigGAN-PyTorch ImageNet-128 on 8 V100 (fp32, 2,048 images/step,
+                  one D step): ~15 days to 150k iterations, 8.64 s/iteration
+  gpu, half       no published BigGAN run to calibrate on: the float32 value is
+                  used, which flatters tensor cores (they reach a smaller fraction
+                  of their much higher peak); plans say so
+  tpu, bfloat16   ParaGAN: BigGAN-128 on 1,024 TPU v3 cores in 14 hours, read as
+                  the BigGAN-PyTorch schedule (150k iterations of 2,048 images)
+  cpu             this machine's measured MFU (bin/bench.py --suite=step) on the
+                  32x32 CIFAR BigGAN: 0.876 float32, 0.776 bfloat16 (AMD Zen 4, 2
+                  cores, 2026-11-25; docs/benchmarks.md)
+
+Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`) or
+pass a custom device on bin/plan.py's command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, Optional, Tuple
+
+import gin
+
+from paragan_tf.errors import ConfigError
+from paragan_tf.scale import cpu_peak
+
+# A host's input pipeline: images/s one core decodes (a ~430x640 JPEG) and resizes to
+# 128 px, measured by benchmarks/probes/jpeg_decode_rate.py (one thread, tf.data) on the
+# 2-core AMD EPYC Zen 4, 2026-11-26, times the cores of a typical accelerator host (our
+# reading: DGX-1 has 40 cores, DGX A100 128, a TPU v3 host 48): planning numbers, not
+# datasheet ones; override `input_per_host` in gin. Prepared records (bin/
+# prepare_dataset.py) skip the decode and read faster.
+INPUT_PER_CORE = 500.0
+INPUT_CORES_PER_HOST = 64
+INPUT_PER_HOST = INPUT_PER_CORE * INPUT_CORES_PER_HOST
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    name: str
+    family: str
+    peak_fp32_tflops: float
+    peak_bf16_tflops: float
+    peak_fp16_tflops: float
+    memory_gib: float
+    per_host: int
+    intra_gbps: float
+    inter_gbps: float
+    per_input_host: int
+    input_per_host: float
+    source: str
+
+    def peak_tflops(self, precision: str) -> float:
+        return {"float32": self.peak_fp32_tflops, "mixed_bfloat16": self.peak_bf16_tflops,
+                "mixed_float16": self.peak_fp16_tflops}[precision]
+
+    def auto_precision(self) -> str:
+        """What layout.precision='auto' picks on this device (paragan_tf/layout.py)."""
+        return "mixed_bfloat16" if self.peak_bf16_tflops else "float32"
+
+
+CATALOGUE: Dict[str, Device] = {d.name: d for d in (
+    Device("v100", "gpu", 15.7, 0.0, 125.0, 32.0, 8, 150.0, 50.0 / 8, 8, INPUT_PER_HOST,
+           "NVIDIA V100 SXM2 datasheet: 15.7 TFLOPS fp32, 125 fp16 tensor, 32 GB HBM2, "
+           "NVLink 2.0 300 GB/s (150 per direction); DGX-1: 4 x 100 Gb/s InfiniBand EDR"),
+    Device("a100", "gpu", 19.5, 312.0, 312.0, 80.0, 8, 300.0, 25.0, 8, INPUT_PER_HOST,
+           "NVIDIA A100 SXM4 80GB datasheet: 19.5 TFLOPS fp32, 312 bf16/fp16 dense, "
+           "NVLink 3 600 GB/s (300 per direction); DGX A100: 8 x 200 Gb/s HDR"),
+    Device("h100", "gpu", 67.0, 989.0, 989.0, 80.0, 8, 450.0, 50.0, 8, INPUT_PER_HOST,
+           "NVIDIA H100 SXM5 datasheet: 67 TFLOPS fp32, 989 bf16/fp16 dense, 80 GB HBM3, "
+           "NVLink 4 900 GB/s (450 per direction); DGX H100: 8 x 400 Gb/s NDR"),
+    # fp32 matrix work on a TPU runs on the MXU in bfloat16 passes by default: the same peak.
+    Device("tpu_v3", "tpu", 61.5, 61.5, 0.0, 16.0, 2048, 166.0, 166.0, 8, INPUT_PER_HOST,
+           "Cloud TPU v3 docs: 123 TFLOPS bf16 and 32 GiB HBM per chip of 2 cores; pod of "
+           "1,024 chips, 340 TB/s all-reduce bandwidth (166 GB/s per core); a host "
+           "feeds 8 cores"),
+    Device("tpu_v4", "tpu", 275.0, 275.0, 0.0, 32.0, 4096, 268.0, 268.0, 4, INPUT_PER_HOST,
+           "Cloud TPU v4 docs: 275 TFLOPS bf16, 32 GiB HBM per chip; pod of 4,096 chips, "
+           "1.1 PB/s all-reduce bandwidth (268 GB/s per chip); one host feeds 4 chips"),
+)}
+
+# Fraction of the datasheet peak a BigGAN step reaches, per (family, precision); see the
+# module doc for where each comes from (tests/test_plan.py re-derives gpu and tpu).
+EFFICIENCY = {("gpu", "float32"): 0.64, ("gpu", "mixed_bfloat16"): 0.64,
+              ("gpu", "mixed_float16"): 0.64, ("tpu", "mixed_bfloat16"): 0.037,
+              ("tpu", "float32"): 0.037, ("cpu", "float32"): 0.876,
+              ("cpu", "mixed_bfloat16"): 0.776}
+
+
+def this_cpu() -> Device:
+    """This machine as a device: its theoretical peak (scale/cpu_peak.py) and memory."""
+    peak = cpu_peak.theoretical_peak()
+    memory = 0.0
+    try:
+        with open("/proc/meminfo") as f:
+            memory = round(next(int(line.split()[1]) / 2 ** 20 for line in f
+                                if line.startswith("MemTotal:")), 1)
+    except (OSError, StopIteration):
+        pass
+    fp32 = (peak["fp32_gflops"] or 0.0) / 1000
+    bf16 = (peak["bf16_gflops"] or 0.0) / 1000
+    return Device("this_cpu", "cpu", fp32, bf16 if bf16 > fp32 else 0.0, 0.0, memory, 1,
+                  0.0, 0.0, 1, INPUT_PER_CORE * peak["cores"],  # cores shared with compute
+                  f"this machine: {peak['cores']} cores at "
+                  f"{peak['clock_ghz']:.2f} GHz ({peak['clock_source']}), {peak['isa_row']}")
+
+
+def detected(accelerator: str) -> Optional[Device]:
+    """The catalogue row of this process's hardware: this_cpu, a known GPU, else None."""
+    if accelerator == "cpu":
+        return this_cpu()
+    if accelerator == "gpu":
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        for gpu in tf.config.list_physical_devices("GPU"):
+            name = tf.config.experimental.get_device_details(gpu).get("device_name", "")
+            for row in CATALOGUE.values():
+                if row.family == "gpu" and row.name in name.lower():
+                    return row
+    return None  # TPUs do not name their generation to TensorFlow here
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogue:
+    devices: Dict[str, Device]
+    efficiencies: Dict[Tuple[str, str], float]
+
+    def device(self, name: str) -> Device:
+        if name == "this_cpu":
+            return this_cpu()
+        if name not in self.devices:
+            raise ConfigError(f"unknown device {name!r}: choose from "
+                              f"{sorted(self.devices) + ['this_cpu']}, or add it in gin "
+                              f"(catalogue.extra)")
+        return self.devices[name]
+
+    def efficiency(self, device: Device, precision: str) -> float:
+        try:
+            return self.efficiencies[(device.family, precision)]
+        except KeyError:
+            raise ConfigError(f"no efficiency for {device.family} devices at {precision}; "
+                              f"give one: catalogue.efficiency = "
+                              f"{{'{device.family}/{precision}': 0.5}}") from None
+
+
+@gin.configurable("catalogue")
+def catalogue(extra: Optional[Dict[str, dict]] = None,
+              efficiency: Optional[Dict[str, float]] = None) -> Catalogue:
+    """The catalogue with gin's additions: extra rows (or fields of existing ones) and
+    efficiencies as {'family/precision': value}."""
+    rows = dict(CATALOGUE)
+    for name, fields in (extra or {}).items():
+        base = dataclasses.asdict(rows[name]) if name in rows else dict(
+            name=name, family="gpu", peak_fp32_tflops=0.0, peak_bf16_tflops=0.0,
+            peak_fp16_tflops=0.0, memory_gib=0.0, per_host=1, intra_gbps=0.0,
+            inter_gbps=0.0, per_input_host=8, input_per_host=INPUT_PER_HOST,
+            source="given in gin")
+        unknown = set(fields) - set(base)
+        if unknown:
+            raise ConfigError(f"catalogue.extra[{name!r}]: unknown fields {sorted(unknown)}; "
+                              f"known: {sorted(base)}")
+        rows[name] = Device(**{**base, **fields, "name": name})
+    efficiencies = dict(EFFICIENCY)
+    for key, value in (efficiency or {}).items():
+        family, _, precision = key.partition("/")
+        efficiencies[(family, precision)] = float(value)
+    return Catalogue(rows, efficiencies)

@@ -1,0 +1,295 @@
+"""The scale plan: time, memory and efficiency of a run per device kind and count.
+
+For an experiment and a target (a catalogue device, scale/devices.py, times a
+count N) the plan works out, per replica:
+
+- batch and accumulation: the effective batch of one update (train.batch_size x
+  train.accumulation, the recipe's) split N ways, then into the fewest
+  micro-batches whose memory (scale/memory.py's plan at the device's
+  precision) fits the device, first without recompute, then with it;
+- seconds per train step, in parts:
+    compute     the step's FLOPs at that micro-batch (scale/flops.py) /
+                (device peak at the precision x the family's efficiency)
+    all-reduce  every update all-reduces its network's float32 gradients once
+                (d_steps x D + G per step): ring 2(N-1)/N x bytes / bandwidth,
+                or hierarchical (a ring inside each host over its fast links,
+                then one across hosts over the NICs, each device carrying
+                1/per_host of the bytes); `overlap` of it hidden under compute
+    input       real images per step / (input hosts x images/s one host supplies);
+                the pipeline prefetches, so the step takes the larger of this
+                and compute + exposed all-reduce
+    stragglers  a synchronous step waits for its slowest replica: with each
+                replica slowed `straggler_slowdown`-fold on a fraction
+                `straggler_probability` of its steps, the expected step is
+                1 + (s-1)(1-(1-p)^N) times longer; the asynchronous variant
+                (parameter servers) pays only the mean, 1 + (s-1)p: its
+                `async_gain` (before any cost of stale gradients, which this
+                plan does not model);
+- weak-scaling efficiency: the replica's own compute (with its own mean
+  straggling) over the step, i.e. throughput at N over N x one replica's;
+- wall clock and device-hours to train.total_steps;
+- the bottleneck (the largest part) and what to change.
+
+Every number it assumes is named: the device catalogue and efficiencies in
+scale/devices.py, the rest in `Assumptions` (gin: `plan.*`). docs/scale.md
+explains how to read a plan and how far it is from published runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Dict, List, Optional, Tuple
+
+import gin
+
+from paragan_tf.errors import ConfigError
+from paragan_tf.scale import devices as devices_lib
+from paragan_tf.scale import flops as flops_lib
+from paragan_tf.scale import memory as memory_lib
+
+GRADIENT_BYTES = 4  # gradients are all-reduced in float32 under every layout
+
+
+@gin.configurable("plan")
+@dataclasses.dataclass(frozen=True)
+class Assumptions:
+    """The plan's named numbers beyond the catalogue (see the module doc)."""
+
+    all_reduce: str = "hierarchical"  # or "ring"
+    # Our synchronous step all-reduces after the backward pass (train/step.py), so
+    # nothing is hidden; 0.5-0.9 is typical of frameworks that overlap by buckets.
+    overlap: float = 0.0
+    # One replica-step in 10,000 at half speed: our reading, not a measurement (we have
+    # no cluster traces); it costs 8 V100 0.08 % and 1,024 replicas 10 %.
+    # bin/bench.py --suite=straggler measures what one slow worker does to a run here.
+    straggler_probability: float = 1e-4
+    straggler_slowdown: float = 2.0
+
+    def __post_init__(self):
+        if self.all_reduce not in ("ring", "hierarchical"):
+            raise ConfigError(f"plan.all_reduce={self.all_reduce!r}: ring or hierarchical")
+        if not 0.0 <= self.overlap <= 1.0 or not 0.0 <= self.straggler_probability <= 1.0:
+            raise ConfigError("plan.overlap and plan.straggler_probability must be in [0, 1]")
+        if self.straggler_slowdown < 1.0:
+            raise ConfigError("plan.straggler_slowdown must be >= 1")
+
+
+@dataclasses.dataclass
+class Model:
+    """What the plan needs of an experiment, device-independent (one per precision)."""
+
+    precision: str  # layout.precision as configured: 'auto' is resolved per device
+    memory: Dict[str, memory_lib.Plan]  # per resolved precision
+    flops: flops_lib.PerExample
+    g_params: int
+    d_params: int
+    effective_batch: int
+    d_steps: int
+    total_steps: int
+
+
+def configured_precision() -> str:
+    """layout.precision as the parsed gin config sets it ('auto' when it does not)."""
+    try:
+        return gin.query_parameter("layout.precision")
+    except ValueError:
+        return "auto"
+
+
+def model_of(exp, memory: Dict[str, memory_lib.Plan], precision: str) -> Model:
+    """A built experiment (train/experiment.py: plan_model builds one per precision) and
+    its memory plans as a Model."""
+    cfg = exp.config
+    return Model(precision=precision, memory=memory,
+                 flops=flops_lib.per_example(exp.generator, exp.discriminator),
+                 g_params=sum(int(v.shape.num_elements())
+                              for v in exp.generator.trainable_variables),
+                 d_params=sum(int(v.shape.num_elements())
+                              for v in exp.discriminator.trainable_variables),
+                 effective_batch=cfg.batch_size * cfg.accumulation, d_steps=cfg.d_steps,
+                 total_steps=cfg.total_steps)
+
+
+def detected_line(exp, memory: memory_lib.Plan) -> str:
+    """--dry_run's one line: the plan of this run on the hardware it was built on."""
+    device = devices_lib.detected(exp.layout.hardware.accelerator)
+    if device is None:
+        return (f"no catalogue row for this {exp.layout.hardware.accelerator}: "
+                f"bin/plan.py --custom_device plans it")
+    count = 1 if device.family == "cpu" else exp.strategy.num_replicas_in_sync
+    precision = exp.layout.precision
+    try:
+        row = plan_target(model_of(exp, {precision: memory}, precision), device, count,
+                          devices_lib.catalogue(), Assumptions())
+    except ConfigError as e:
+        return f"no plan: {str(e).splitlines()[0]}"
+    return describe(row)
+
+
+def parse_target(text: str) -> Tuple[str, int]:
+    """'v100x8' -> ('v100', 8)."""
+    name, x, count = text.rpartition("x")
+    if not x or not name or not count.isdigit() or int(count) < 1:
+        raise ConfigError(f"--devices entry {text!r}: write <device>x<count>, e.g. v100x8")
+    return name, int(count)
+
+
+def all_reduce_seconds(nbytes: float, count: int, device: devices_lib.Device,
+                       algorithm: str) -> float:
+    """Seconds to all-reduce `nbytes` over `count` devices (see the module doc)."""
+    if count == 1:
+        return 0.0
+    per_host = min(device.per_host, count)
+    hosts = math.ceil(count / per_host)
+    if (hosts > 1 and not device.inter_gbps) or not device.intra_gbps:
+        raise ConfigError(f"{device.name}: no interconnect bandwidth in the catalogue for "
+                          f"{count} devices")
+    if algorithm == "ring":
+        slowest = device.inter_gbps if hosts > 1 else device.intra_gbps
+        return 2 * (count - 1) / count * nbytes / (slowest * 1e9)
+    inside = 2 * (per_host - 1) / per_host * nbytes / (device.intra_gbps * 1e9)
+    across = (2 * (hosts - 1) / hosts * nbytes / per_host / (device.inter_gbps * 1e9)
+              if hosts > 1 else 0.0)
+    return inside + across
+
+
+def fit(memory: memory_lib.Plan, examples: int, budget_bytes: int
+        ) -> Optional[Tuple[int, int, bool]]:
+    """(accumulation, micro-batch, recompute): the fewest micro-batches that fit, without
+    recompute if possible; None if one example does not fit even with recompute."""
+    divisors = [a for a in range(1, examples + 1) if examples % a == 0]
+    for recompute in (False, True):
+        for accumulation in divisors:
+            micro = examples // accumulation
+            plan = dataclasses.replace(memory, accumulation=accumulation)
+            if plan.total_bytes(micro, recompute) <= budget_bytes:
+                return accumulation, micro, recompute
+    return None
+
+
+def _advice(bottleneck: str, device: devices_lib.Device, precision: str, recompute: bool,
+            accumulation: int, async_gain: float) -> List[str]:
+    advice = []
+    if bottleneck == "compute" and precision == "float32" and device.peak_bf16_tflops:
+        advice.append("compute-bound at float32 on a device with a bfloat16 unit: "
+                      "gin/layouts/auto.gin (mixed_bfloat16)")
+    if bottleneck == "all-reduce":
+        advice.append("all-reduce-bound: fewer, fuller devices (a larger per-replica "
+                      "batch amortises each all-reduce), or the asynchronous variant "
+                      "(gin/async_ps.gin) which drops the barrier")
+    if bottleneck == "input":
+        advice.append("input-bound: more input workers per device (tf.data service, "
+                      "data.service in gin), prepared records (bin/prepare.py), or "
+                      "--group_by_class shards for per-class runs")
+    if bottleneck == "stragglers" or async_gain > 1.1:
+        advice.append(f"stragglers cost {async_gain:.2f}x: the asynchronous variant "
+                      "(gin/async_ps.gin) waits for none")
+    if recompute:
+        advice.append("memory: fits only with train.recompute=True (rematerialised blocks, "
+                      "~1/3 more compute)")
+    if accumulation > 1:
+        advice.append(f"memory: {accumulation} micro-batches per update "
+                      f"(train.accumulation={accumulation}) keep the recipe's batch")
+    return advice
+
+
+def plan_target(model: Model, device: devices_lib.Device, count: int,
+                catalogue: devices_lib.Catalogue, assumptions: Assumptions) -> dict:
+    """The plan for `count` devices of kind `device` (see the module doc)."""
+    target = f"{device.name}x{count}"
+    precision = device.auto_precision() if model.precision == "auto" else model.precision
+    peak = device.peak_tflops(precision)
+    if not peak:
+        raise ConfigError(f"{target}: {device.name} has no {precision} unit; set "
+                          f"layout.precision to 'auto' or 'float32'")
+    if device.family == "cpu" and count > 1:
+        raise ConfigError(f"{target}: this_cpu is one machine; plan several with a custom "
+                          f"device (bin/plan.py --custom_device)")
+    if model.effective_batch % count:
+        raise ConfigError(f"{target}: the effective batch {model.effective_batch} (train."
+                          f"batch_size x train.accumulation) does not split over {count} "
+                          f"devices")
+    examples = model.effective_batch // count
+    efficiency = catalogue.efficiency(device, precision)
+    memory = model.memory[precision]
+    fitted = fit(memory, examples, int(device.memory_gib * memory_lib.GIB))
+    row = dict(target=target, device=device.name, count=count, precision=precision,
+               peak_tflops_per_device=peak, efficiency=efficiency,
+               examples_per_replica=examples, memory_gib_per_device=device.memory_gib)
+    if fitted is None:
+        row.update(fits=False, bottleneck="memory",
+                   advice=["memory: one example per replica does not fit even with "
+                           "train.recompute=True: a device with more memory, or a smaller "
+                           "model"])
+        return row
+    accumulation, micro, recompute = fitted
+    step_flops = model.flops.at(micro).train_step(model.d_steps, accumulation)
+    compute = step_flops / (peak * 1e12 * efficiency)
+    if recompute:  # rematerialised blocks run their forward twice
+        compute *= 4 / 3
+    gradient_bytes = GRADIENT_BYTES * (model.d_steps * model.d_params + model.g_params)
+    all_reduce = all_reduce_seconds(gradient_bytes, count, device, assumptions.all_reduce)
+    exposed = (1 - assumptions.overlap) * all_reduce
+    hosts = math.ceil(count / device.per_input_host)
+    real_images = model.d_steps * model.effective_batch
+    input_seconds = real_images / (hosts * device.input_per_host)
+    p, s = assumptions.straggler_probability, assumptions.straggler_slowdown
+    sync_wait = 1 + (s - 1) * (1 - (1 - p) ** count)
+    mean_wait = 1 + (s - 1) * p
+    synchronous = (compute + exposed) * sync_wait
+    step = max(synchronous, input_seconds)
+    asynchronous = max((compute + exposed) * mean_wait, input_seconds)
+    parts = {"compute": compute, "all-reduce": exposed, "input": input_seconds,
+             "stragglers": (compute + exposed) * (sync_wait - 1)}
+    bottleneck = max(parts, key=parts.get)
+    async_gain = step / asynchronous
+    seconds = model.total_steps * step
+    row.update(
+        fits=True, accumulation=accumulation, micro_batch=micro, recompute=recompute,
+        memory_gib_per_replica=round(
+            dataclasses.replace(memory, accumulation=accumulation).total_bytes(
+                micro, recompute) / memory_lib.GIB, 2),
+        train_step_tflop_per_device=step_flops / 1e12,
+        seconds=dict(compute=compute, all_reduce=all_reduce, all_reduce_exposed=exposed,
+                     input=input_seconds, straggler_wait=parts["stragglers"], step=step),
+        gradient_mib_per_step=gradient_bytes / 2 ** 20, hosts=hosts,
+        input_images_per_sec=real_images / step,
+        weak_scaling_efficiency=compute * mean_wait / step,
+        async_gain=async_gain, total_steps=model.total_steps,
+        wall_clock_hours=seconds / 3600, device_hours=seconds * count / 3600,
+        bottleneck=bottleneck,
+        advice=_advice(bottleneck, device, precision, recompute, accumulation, async_gain))
+    return row
+
+
+def describe(row: dict) -> str:
+    """One line per plan row, for the terminal and --dry_run."""
+    if not row.get("fits"):
+        return f"{row['target']}: does not fit ({'; '.join(row['advice'])})"
+    sec = row["seconds"]
+    return (f"{row['target']} {row['precision']}: {row['examples_per_replica']}/replica as "
+            f"{row['accumulation']} x {row['micro_batch']}"
+            f"{' with recompute' if row['recompute'] else ''}, "
+            f"{row['memory_gib_per_replica']:.1f}/{row['memory_gib_per_device']:g} GiB; "
+            f"{sec['step']:.3g} s/step (compute {sec['compute']:.3g}, all-reduce "
+            f"{sec['all_reduce_exposed']:.3g}, input {sec['input']:.3g}); weak-scaling "
+            f"efficiency {row['weak_scaling_efficiency']:.0%}; {row['total_steps']:,} steps "
+            f"in {row['wall_clock_hours']:.3g} h, {row['device_hours']:,.0f} device-hours; "
+            f"bound by {row['bottleneck']}")
+
+
+def calibrate(model: Model, device: devices_lib.Device, count: int, step_seconds: float,
+              catalogue: devices_lib.Catalogue, assumptions: Assumptions) -> float:
+    """The family's efficiency at which the plan's step for `count` x `device` takes
+    `step_seconds` (a published run's): step = (compute at 1 / e + all-reduce) x wait."""
+    precision = device.auto_precision() if model.precision == "auto" else model.precision
+    ideal = dataclasses.replace(catalogue, efficiencies={
+        **catalogue.efficiencies, (device.family, precision): 1.0})
+    row = plan_target(model, device, count, ideal, assumptions)
+    seconds = row["seconds"]
+    if not row.get("fits") or row["bottleneck"] == "input":
+        raise ConfigError(f"{row['target']}: cannot calibrate compute on a run the plan "
+                          f"finds bound by {row['bottleneck']}")
+    wait = 1 + seconds["straggler_wait"] / (seconds["compute"] + seconds["all_reduce_exposed"])
+    return seconds["compute"] / (step_seconds / wait - seconds["all_reduce_exposed"])
