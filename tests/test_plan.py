@@ -160,3 +160,23 @@ def test_the_plan_binary_prints_writes_and_refuses_by_name(tmp_path):
     assert written["plans"][1]["hosts"] == 2 and written["effective_batch"] == 8
     bad = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--devices=v200x8")
     assert bad.returncode == 2 and "unknown device 'v200'" in bad.stderr
+
+
+@pytest.mark.slow
+def test_the_plan_for_this_machine_against_a_run_here():
+    """this_cpu: its theoretical peak (scale/cpu_peak.py) x the cpu efficiency, which is the
+    step suite's MFU on the 32x32 CIFAR BigGAN (docs/benchmarks.md), planned for another
+    config, `make train`'s, and checked against steps timed here (the step suite's timer)."""
+    from benchmarks import step as step_bench
+    measured = step_bench.time_layout("gin/mnist_default.gin", "auto", steps=6, warmup=3,
+                                      progress=lambda _: None)
+    experiment.parse(["gin/mnist_default.gin"], [], finalize=False)
+    model = experiment.plan_model([measured["layout"]["precision"]], progress=lambda _: None)
+    row = _row(model, "this_cpux1")
+    planned = row["seconds"]["step"]
+    ratio = planned / measured["sec_per_step"]
+    print(f"this machine, gin/mnist_default.gin: measured {measured['sec_per_step']:.3f} s/step "
+          f"(MFU {measured['achieved_gflops'] / 1000 / row['peak_tflops_per_device']:.3f}), "
+          f"planned {planned:.3f} (compute {row['seconds']['compute']:.3f}); ratio {ratio:.2f}")
+    assert row["fits"] and row["accumulation"] == 1
+    assert 0.5 < ratio < 2.0
