@@ -179,9 +179,9 @@ def _advice(bottleneck: str, device: devices_lib.Device, precision: str, recompu
                       "batch amortises each all-reduce), or the asynchronous variant "
                       "(gin/async_ps.gin) which drops the barrier")
     if bottleneck == "input":
-        advice.append("input-bound: more input workers per device (tf.data service, "
-                      "data.service in gin), prepared records (bin/prepare.py), or "
-                      "--group_by_class shards for per-class runs")
+        advice.append("input-bound: decode once with bin/prepare_dataset.py (records; "
+                      "--group_by_class shards for per-class runs), then more readers "
+                      "(input_pipeline.service_workers, input_pipeline.read_parallelism)")
     if bottleneck == "stragglers" or async_gain > 1.1:
         advice.append(f"stragglers cost {async_gain:.2f}x: the asynchronous variant "
                       "(gin/async_ps.gin) waits for none")
