@@ -9,6 +9,10 @@ import subprocess
 import sys
 from typing import Callable, Sequence
 
+import gin
+
+from paragan_tf.errors import ConfigError
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -17,12 +21,30 @@ def binary(name: str) -> str:
     return os.path.join(REPO, "bin", name)
 
 
+def dataset_of(config: str, bindings: Sequence[str] = ()) -> str:
+    """dataset.name as `config` and `bindings` set it (parsed here, then cleared)."""
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    experiment.parse([config], list(bindings), finalize=False)
+    try:
+        return experiment.Settings.read().data.name
+    finally:
+        gin.clear_config()
+
+
 def train_classifier(path: str, config: str, epochs: int, progress: Callable[[str], None],
                      bindings: Sequence[str] = ()) -> None:
     """bin/train_classifier.py on the dataset of `config` (and `bindings`) into `path`,
-    unless one is there."""
-    if os.path.exists(os.path.join(path, "classifier.json")):
-        progress(f"reusing the classifier in {path}")
+    unless one of that dataset is there (one of another dataset is refused by name: its
+    FCD would be silently wrong)."""
+    info = os.path.join(path, "classifier.json")
+    if os.path.exists(info):
+        with open(info) as f:
+            trained_on = json.load(f)["dataset"]
+        wanted = dataset_of(config, bindings)
+        if trained_on != wanted:
+            raise ConfigError(f"{path} holds a classifier of {trained_on!r}, but {config} "
+                              f"trains {wanted!r}: move it away or score in another folder")
+        progress(f"reusing the {trained_on} classifier in {path}")
         return
     progress(f"training the dataset's classifier into {path}")
     subprocess.run([sys.executable, binary("train_classifier.py"), f"--gin_file={config}",

@@ -8,10 +8,11 @@ with a checkpoint and a progress record every `mark_steps` steps and no
 evaluation inside the loop. Configs run in turn, A B A B when `repeats` > 1.
 After each run every checkpoint is scored with the EMA generator (bin/eval.py
 --watch on the finished run, so evaluation never touches the training clock):
-FCD and conditional accuracy with the dataset's classifier (trained once,
-bin/train_classifier.py), and FID on the standard Inception network at the last
-checkpoint (`fid_samples` generated images against the training split's
-statistics, embedded once per suite run; 0: no FID).
+FCD and conditional accuracy with the dataset's classifier (trained once into
+<work_dir>/classifier_<dataset>, bin/train_classifier.py), and FID on the
+standard Inception network at the last checkpoint (`fid_samples` generated
+images against the training split's statistics, embedded once per suite run;
+0: no FID).
 
 The curve of each run: step, training seconds (stats.jsonl's wall_seconds at that
 step: since the process began training, tracing included), real images seen by D
@@ -180,10 +181,11 @@ def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 20
         raise ConfigError(f"time_to_quality: no such config {missing}")
     work_dir = os.path.abspath(work_dir or os.path.join(quality_runs.REPO, "runs", "bench",
                                                         "time_to_quality"))
-    classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
     os.makedirs(work_dir, exist_ok=True)
     runs = _run_folders(runs)
     data_config = configs[0] if not runs else os.path.join(runs[0], "operative_config.gin")
+    classifier_dir = os.path.abspath(classifier_dir or os.path.join(
+        work_dir, f"classifier_{quality_runs.dataset_of(data_config)}"))
     quality_runs.train_classifier(classifier_dir, data_config, classifier_epochs, progress)
     started = time.time()
     order = ([(os.path.basename(os.path.normpath(r)), None, os.path.abspath(r)) for r in runs]

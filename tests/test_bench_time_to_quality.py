@@ -70,3 +70,14 @@ def test_bad_requests_are_refused_by_name(tmp_path):
         time_to_quality.time_to_quality(runs=("runs/x",), work_dir=str(tmp_path))
     with pytest.raises(ConfigError, match=r"no such config \['gin/nope.gin'\]"):
         time_to_quality.time_to_quality(configs=("gin/nope.gin",), work_dir=str(tmp_path))
+
+
+def test_a_classifier_of_another_dataset_is_refused_not_reused(mnist_classifier):
+    from benchmarks import quality_runs
+    # The session's mnist5k classifier, asked for by a Fashion-MNIST config: its FCD would
+    # be silently wrong.
+    with pytest.raises(ConfigError, match="holds a classifier of 'mnist5k', but "
+                                          "gin/quality_fashion_mnist.gin trains 'fashion_mnist'"):
+        quality_runs.train_classifier(mnist_classifier[0], "gin/quality_fashion_mnist.gin", 1,
+                                      print)
+    quality_runs.train_classifier(mnist_classifier[0], "gin/mnist_default.gin", 1, print)
