@@ -46,7 +46,7 @@ _FILE_SECONDS = {
     "test_readme.py": 160, "test_binaries.py": 220, "test_inception.py": 190,
     "test_crash_resume.py": 160, "test_async_loop.py": 145, "test_evaluator.py": 120,
     "test_bench_time_to_quality.py": 150, "test_records.py": 110, "test_sweep.py": 90,
-    "test_loop.py": 90, "test_biggan.py": 75, "test_plan.py": 75,
+    "test_loop.py": 90, "test_biggan.py": 75, "test_plan.py": 100,
     "test_model_dir.py": 70, "test_bench.py": 65, "test_checkpoints.py": 55,
     "test_bench_input.py": 55, "test_bench_async_quality.py": 55, "test_slurm.py": 45,
     "test_layout.py": 40, "test_reference_stats.py": 40, "test_datasets.py": 35,

@@ -110,6 +110,17 @@ EFFICIENCY = {("gpu", "float32"): 0.64, ("gpu", "mixed_bfloat16"): 0.64,
               ("cpu", "mixed_bfloat16"): 0.776}
 
 
+# What each calibration does not cover, printed with every plan that leans on it.
+CAVEATS = {
+    ("gpu", "mixed_bfloat16"): "efficiency from V100 float32: tensor cores usually reach less "
+                               "of their peak, so read this time as a lower bound",
+    ("gpu", "mixed_float16"): "efficiency from V100 float32: tensor cores usually reach less "
+                              "of their peak, so read this time as a lower bound",
+    ("tpu", "mixed_bfloat16"): "efficiency from ParaGAN's 2 images per TPU core: with more "
+                               "per device, read this time as an upper bound",
+}
+
+
 def this_cpu() -> Device:
     """This machine as a device: its theoretical peak (scale/cpu_peak.py) and memory."""
     peak = cpu_peak.theoretical_peak()

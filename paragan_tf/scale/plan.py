@@ -259,7 +259,8 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
         async_gain=async_gain, total_steps=model.total_steps,
         wall_clock_hours=seconds / 3600, device_hours=seconds * count / 3600,
         bottleneck=bottleneck,
-        advice=_advice(bottleneck, device, precision, recompute, accumulation, async_gain))
+        advice=_advice(bottleneck, device, precision, recompute, accumulation, async_gain)
+        + [f"caveat: {c}" for c in [devices_lib.CAVEATS.get((device.family, precision))] if c])
     return row
 
 
