@@ -13,6 +13,7 @@ registered (importing this module imports them all).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 from typing import Callable, List, Optional, Sequence, Tuple
 
@@ -258,6 +259,10 @@ def plan_model(precisions: Sequence[str],
         with gin.unlock_config():
             gin.bind_parameter("layout.precision", precision)
         progress(f"building the models at {precision}")
+        # One build at a time: BigGAN-128's weights and Adam slots are ~2.5 GB a build, and
+        # Keras models hold reference cycles that only the collector frees.
+        exp = None
+        gc.collect()
         exp = build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), check_data=False)
         progress(f"tracing the memory plan at {precision}")
         memory[precision] = memory_of(exp)
