@@ -21,29 +21,36 @@ def binary(name: str) -> str:
     return os.path.join(REPO, "bin", name)
 
 
-def dataset_of(config: str, bindings: Sequence[str] = ()) -> str:
-    """dataset.name as `config` and `bindings` set it (parsed here, then cleared)."""
+def data_of(config: str, bindings: Sequence[str] = ()):
+    """The dataset settings `config` and `bindings` make (parsed here, then cleared)."""
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
     experiment.parse([config], list(bindings), finalize=False)
     try:
-        return experiment.Settings.read().data.name
+        return experiment.Settings.read().data
     finally:
         gin.clear_config()
+
+
+def dataset_of(config: str, bindings: Sequence[str] = ()) -> str:
+    """dataset.name as `config` and `bindings` set it."""
+    return data_of(config, bindings).name
 
 
 def train_classifier(path: str, config: str, epochs: int, progress: Callable[[str], None],
                      bindings: Sequence[str] = ()) -> None:
     """bin/train_classifier.py on the dataset of `config` (and `bindings`) into `path`,
-    unless one of that dataset is there (one of another dataset is refused by name: its
-    FCD would be silently wrong)."""
+    unless one of that dataset and resolution is there (one of another is refused by name:
+    its FCD would be silently wrong)."""
     info = os.path.join(path, "classifier.json")
     if os.path.exists(info):
         with open(info) as f:
-            trained_on = json.load(f)["dataset"]
-        wanted = dataset_of(config, bindings)
+            trained = json.load(f)
+        data = data_of(config, bindings)
+        trained_on = f"{trained['dataset']!r} at {trained['resolution']} px"
+        wanted = f"{data.name!r} at {data.resolution} px"
         if trained_on != wanted:
-            raise ConfigError(f"{path} holds a classifier of {trained_on!r}, but {config} "
-                              f"trains {wanted!r}: move it away or score in another folder")
+            raise ConfigError(f"{path} holds a classifier of {trained_on}, but {config} "
+                              f"trains {wanted}: move it away or score in another folder")
         progress(f"reusing the {trained_on} classifier in {path}")
         return
     progress(f"training the dataset's classifier into {path}")

@@ -9,10 +9,10 @@ evaluation inside the loop. Configs run in turn, A B A B when `repeats` > 1.
 After each run every checkpoint is scored with the EMA generator (bin/eval.py
 --watch on the finished run, so evaluation never touches the training clock):
 FCD and conditional accuracy with the dataset's classifier (trained once into
-<work_dir>/classifier_<dataset>, bin/train_classifier.py), and FID on the
+<work_dir>/classifier_<dataset>_<resolution>px, bin/train_classifier.py), and FID on the
 standard Inception network at the last checkpoint (`fid_samples` generated
-images against the training split's statistics, embedded once per suite run;
-0: no FID).
+images against the training split's statistics, embedded once per work_dir,
+dataset, resolution and image count; 0: no FID).
 
 The curve of each run: step, training seconds (stats.jsonl's wall_seconds at that
 step: since the process began training, tracing included), real images seen by D
@@ -183,9 +183,18 @@ def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 20
                                                         "time_to_quality"))
     os.makedirs(work_dir, exist_ok=True)
     runs = _run_folders(runs)
-    data_config = configs[0] if not runs else os.path.join(runs[0], "operative_config.gin")
+    sources = [os.path.join(r, "operative_config.gin") for r in runs] or list(configs)
+    data_config = sources[0]
+    # One classifier (and one Inception reference) scores every run: all must train the
+    # same data, or the FCD of the others would be silently wrong.
+    kinds = {s: quality_runs.data_of(s) for s in sources}
+    if len({(d.name, d.resolution) for d in kinds.values()}) > 1:
+        raise ConfigError("time_to_quality: one classifier scores every run, but they train "
+                          "different data: " + ", ".join(
+                              f"{s} {d.name!r} at {d.resolution} px" for s, d in kinds.items()))
+    data = kinds[data_config]
     classifier_dir = os.path.abspath(classifier_dir or os.path.join(
-        work_dir, f"classifier_{quality_runs.dataset_of(data_config)}"))
+        work_dir, f"classifier_{data.name}_{data.resolution}px"))
     quality_runs.train_classifier(classifier_dir, data_config, classifier_epochs, progress)
     started = time.time()
     order = ([(os.path.basename(os.path.normpath(r)), None, os.path.abspath(r)) for r in runs]
@@ -193,7 +202,9 @@ def time_to_quality(configs: Sequence[str] = CONFIGS, budget_minutes: float = 20
                  for i in range(repeats) for c in configs])
     reference = None
     if fid_samples:
-        reference = os.path.join(work_dir, "inception_reference.npz")
+        # Named by what it embeds: one work_dir serves several datasets and resolutions.
+        reference = os.path.join(
+            work_dir, f"inception_{data.name}_{data.resolution}px_{eval_real}.npz")
         reference_stats(reference, data_config, (), eval_real, progress)
     results: Dict[str, dict] = {}
     for name, config, model_dir in order:

@@ -30,6 +30,9 @@ def test_two_configs_are_trained_scored_at_every_mark_and_compared(tmp_path, mni
         assert run["final_fid"]["step"] == 4 and np.isfinite(run["final_fid"]["fid"])
         assert run["final_fid"]["protocol"].startswith("fid0.1k_")
         assert os.path.exists(os.path.join(run["model_dir"], "eval", "metrics.json"))
+    # The Inception statistics are named by what they embed (dataset, resolution, images):
+    # one work folder serving Fashion-MNIST after mnist5k must not reuse mnist5k's.
+    assert os.listdir(tmp_path / "runs").count("inception_mnist5k_32px_100.npz") == 1
     # The targets are the reference's last mark, which therefore reaches them there.
     last = tiny["curve"][-1]
     assert result["targets"]["fcd"] == last["fcd"]
@@ -68,6 +71,10 @@ def test_bad_requests_are_refused_by_name(tmp_path):
                                         work_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="needs --fcd_target and --accuracy_target"):
         time_to_quality.time_to_quality(runs=("runs/x",), work_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="they train different data: gin/tiny.gin 'mnist5k' "
+                       "at 32 px, gin/fashion_mnist64.gin 'fashion_mnist' at 64 px"):
+        time_to_quality.time_to_quality(configs=("gin/tiny.gin", "gin/fashion_mnist64.gin"),
+                                        work_dir=str(tmp_path))
     with pytest.raises(ConfigError, match=r"no such config \['gin/nope.gin'\]"):
         time_to_quality.time_to_quality(configs=("gin/nope.gin",), work_dir=str(tmp_path))
 
@@ -76,8 +83,12 @@ def test_a_classifier_of_another_dataset_is_refused_not_reused(mnist_classifier)
     from benchmarks import quality_runs
     # The session's mnist5k classifier, asked for by a Fashion-MNIST config: its FCD would
     # be silently wrong.
-    with pytest.raises(ConfigError, match="holds a classifier of 'mnist5k', but "
-                                          "gin/quality_fashion_mnist.gin trains 'fashion_mnist'"):
+    with pytest.raises(ConfigError, match="holds a classifier of 'mnist5k' at 32 px, but "
+                       "gin/quality_fashion_mnist.gin trains 'fashion_mnist' at 32 px"):
         quality_runs.train_classifier(mnist_classifier[0], "gin/quality_fashion_mnist.gin", 1,
                                       print)
+    # The same dataset at another resolution: the classifier's input would not fit.
+    with pytest.raises(ConfigError, match="'mnist5k' at 32 px, but .* trains 'mnist5k' at 64"):
+        quality_runs.train_classifier(mnist_classifier[0], "gin/mnist_default.gin", 1, print,
+                                      bindings=["dataset.resolution = 64"])
     quality_runs.train_classifier(mnist_classifier[0], "gin/mnist_default.gin", 1, print)
