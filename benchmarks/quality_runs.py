@@ -31,11 +31,6 @@ def data_of(config: str, bindings: Sequence[str] = ()):
         gin.clear_config()
 
 
-def dataset_of(config: str, bindings: Sequence[str] = ()) -> str:
-    """dataset.name as `config` and `bindings` set it."""
-    return data_of(config, bindings).name
-
-
 def train_classifier(path: str, config: str, epochs: int, progress: Callable[[str], None],
                      bindings: Sequence[str] = ()) -> None:
     """bin/train_classifier.py on the dataset of `config` (and `bindings`) into `path`,

@@ -111,11 +111,11 @@ EFFICIENCY = {("gpu", "float32"): 0.64, ("gpu", "mixed_bfloat16"): 0.64,
 
 
 # What each calibration does not cover, printed with every plan that leans on it.
+_TENSOR_CORES = ("efficiency from V100 float32: tensor cores usually reach less of their "
+                 "peak, so read this time as a lower bound")
 CAVEATS = {
-    ("gpu", "mixed_bfloat16"): "efficiency from V100 float32: tensor cores usually reach less "
-                               "of their peak, so read this time as a lower bound",
-    ("gpu", "mixed_float16"): "efficiency from V100 float32: tensor cores usually reach less "
-                              "of their peak, so read this time as a lower bound",
+    ("gpu", "mixed_bfloat16"): _TENSOR_CORES,
+    ("gpu", "mixed_float16"): _TENSOR_CORES,
     ("tpu", "mixed_bfloat16"): "efficiency from ParaGAN's 2 images per TPU core: with more "
                                "per device, read this time as an upper bound",
 }

@@ -245,6 +245,7 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     bottleneck = max(parts, key=parts.get)
     async_gain = step / asynchronous
     seconds = model.total_steps * step
+    caveat = devices_lib.CAVEATS.get((device.family, precision))
     row.update(
         fits=True, accumulation=accumulation, micro_batch=micro, recompute=recompute,
         memory_gib_per_replica=round(
@@ -260,7 +261,7 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
         wall_clock_hours=seconds / 3600, device_hours=seconds * count / 3600,
         bottleneck=bottleneck,
         advice=_advice(bottleneck, device, precision, recompute, accumulation, async_gain)
-        + [f"caveat: {c}" for c in [devices_lib.CAVEATS.get((device.family, precision))] if c])
+        + ([f"caveat: {caveat}"] if caveat else []))
     return row
 
 
