@@ -1,6 +1,14 @@
 """Multi-process runs on 127.0.0.1 for the tests: bin/launch_local.py in the background.
 
 Used by tests/e2e/test_scale_out.py and tests/test_async_loop.py.
+
+No wait here has a fixed deadline for training to get somewhere: a slow or loaded
+machine trains slowly, not wrongly. A wait goes on as long as the run keeps printing
+(every task's log lines, the step and round lines among them) and gives up only after
+a stall: no new output for max(STALL_FLOOR, STALL_FACTOR x the longest pause between
+two outputs seen so far in this wait), so the bound grows with the machine's own pace.
+HARD_CAP is a safety net only, against a run that prints forever without getting
+anywhere; the slowest wait of the suite takes a few minutes on a loaded 2-core machine.
 """
 
 from __future__ import annotations
@@ -10,10 +18,42 @@ import os
 import re
 import subprocess
 import time
+from typing import Callable, Optional, TypeVar
 
 from conftest import PYTHON, REPO, relative
 
 TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
+
+STALL_FLOOR = 300.0
+STALL_FACTOR = 10.0
+HARD_CAP = 3600.0
+
+T = TypeVar("T")
+
+
+def wait_while_progressing(done: Callable[[], Optional[T]], output: Callable[[], str],
+                           what: str, stall_floor: Callable[[], float] = lambda: STALL_FLOOR
+                           ) -> T:
+    """Polls `done()` until it returns something other than None and returns that. Raises
+    AssertionError once `output()` has not grown for the stall limit (module docstring;
+    `stall_floor()` is asked each time, for a run that announces a long silence)."""
+    began = last_change = time.monotonic()
+    size, longest_pause = len(output()), 0.0
+    while True:
+        result = done()
+        if result is not None:
+            return result
+        now, grown = time.monotonic(), len(output())
+        if grown != size:
+            longest_pause = max(longest_pause, now - last_change)
+            size, last_change = grown, now
+        limit = max(stall_floor(), STALL_FACTOR * longest_pause)
+        if now - last_change > limit or now - began > HARD_CAP:
+            raise AssertionError(
+                f"{what}: no new output for {now - last_change:.0f} s (stall limit "
+                f"{limit:.0f} s; longest pause before {longest_pause:.1f} s), "
+                f"{now - began:.0f} s in all:\n{output()[-4000:]}")
+        time.sleep(0.3)
 
 
 class Launch:
@@ -32,19 +72,25 @@ class Launch:
         with open(self.log_path) as f:
             return f.read()
 
-    def wait_for(self, pattern: str, timeout: float = 240) -> re.Match:
-        """The first match of `pattern` in the output; on a timeout the cluster is stopped
-        (a run of total_steps=100000 left behind would slow every later test down)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_for(self, pattern: str) -> re.Match:
+        """The first match of `pattern` in the output, waiting while the run makes progress;
+        on a stall or an early exit the cluster is stopped (a run of total_steps=100000 left
+        behind would slow every later test down)."""
+        def found():
+            running = self.proc.poll() is None  # first: an ended run's output is complete
             match = re.search(pattern, self.output())
-            if match:
+            if match or running:
                 return match
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.3)
-        self.stop()
-        raise AssertionError(f"no {pattern!r} in the output:\n{self.output()[-4000:]}")
+            return False  # ended without it
+        try:
+            match = wait_while_progressing(found, self.output, f"waiting for {pattern!r}")
+        except AssertionError:
+            self.stop()
+            raise
+        if not match:
+            self.stop()
+            raise AssertionError(f"no {pattern!r} in the output:\n{self.output()[-4000:]}")
+        return match
 
     def stop(self) -> None:
         """Kills the launcher; its children die with it (they ask for SIGKILL on its death)."""
@@ -56,10 +102,12 @@ class Launch:
         with open(os.path.join(self.model_dir, "launch.json")) as f:
             return json.load(f)[task]
 
-    def finish(self, timeout: float = 240) -> int:
+    def finish(self) -> int:
+        """The launcher's exit code, waiting while the run makes progress (stopped on a
+        stall)."""
         try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
+            code = wait_while_progressing(self.proc.poll, self.output, "waiting for the end")
+        except AssertionError:
             self.stop()
             raise
         self.log.close()

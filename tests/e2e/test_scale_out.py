@@ -95,9 +95,14 @@ def test_ps_loss_is_a_clear_error_and_the_relaunch_resumes(tmp_path):
     run.wait_for(r"checkpoint: .*ckpt-40")
     killed_at = time.monotonic()
     os.kill(run.pid("ps:0"), signal.SIGKILL)
-    code = run.finish(timeout=120)
+    code = run.finish()
     assert code != 0
-    assert time.monotonic() - killed_at < 60
+    # The broken connection ends the run, not async_train.stall_timeout_secs (300 s): 60 s
+    # is that line, not a guess at this machine's speed (the end comes 1-2 s after the kill
+    # on a loaded 2-core machine).
+    took = time.monotonic() - killed_at
+    print(f"the run ended {took:.1f} s after the kill")
+    assert took < 60, took
     # The checkpoint's step only: the other tasks' dying output can run into the line.
     error = run.wait_for(r"train.py: error: lost the cluster at round (\d+).*relaunch every "
                          r"task to resume from \S*?ckpt-(\d+)")
@@ -137,9 +142,12 @@ def test_cores_per_task_pins_each_training_task_to_its_own_cores():
                                       "import os; print(sorted(os.sched_getaffinity(0)))"],
                          dict(os.environ), False, launcher._Output(stream), cores=allowed[-1:])
     task.start()
-    assert task.process.wait(timeout=60) == 0
-    time.sleep(0.5)  # the output thread
-    assert f"[worker:1] {allowed[-1:]}" in stream.getvalue(), stream.getvalue()
+    assert task.process.wait(timeout=60) == 0  # a safety net: it takes well under 1 s
+    expected = f"[worker:1] {allowed[-1:]}"
+    deadline = time.monotonic() + 60  # the output thread copies the line; a safety net too
+    while expected not in stream.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert expected in stream.getvalue(), stream.getvalue()
     too_many = launcher.LaunchConfig(model_dir="/unused", num_workers=len(allowed) + 1,
                                      cores_per_task=1)
     with pytest.raises(ValueError, match="cores_per_task=1 needs"):
