@@ -11,6 +11,7 @@
     python bin/bench.py --suite=eval_scaling --output=runs/bench/eval_scaling.json
     python bin/bench.py --suite=eval --output=runs/bench/eval.json
     python bin/bench.py --suite=time_to_quality --output=runs/bench/time_to_quality.json
+    python bin/bench.py --suite=layout --gin_file=gin/mnist_default.gin --output=runs/bench/layout.json
 
 Suites (see benchmarks/, outside the package): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -34,7 +35,10 @@ classifier of FCD; bfloat16's change of the FID on the golden sets), time_to_qua
 (--configs trained in turn for at most --budget_minutes each, --repeats times, every
 --mark_steps checkpoint scored afterwards: FCD, conditional accuracy, the last one's FID;
 training seconds to the first config's end-of-run quality; or --runs, folders
-trained elsewhere such as a sweep's, only scored). Each but async_quality
+trained elsewhere such as a sweep's, only scored), layout (every layout candidate of
+--gin_file's step, XLA x oneDNN x thread counts and float32 beside bfloat16, each in its
+own process, --rounds interleaved rounds; `auto`'s choice and the rule's against the
+fastest). Each but async_quality
 (6 x --budget_minutes, plus evaluation), small_data (4 x ~10 minutes) and
 time_to_quality (the configs' training plus ~1 minute of scoring each) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
@@ -62,6 +66,7 @@ from benchmarks import data as data_bench
 from benchmarks import eval_features as eval_features_bench
 from benchmarks import eval_scaling as eval_scaling_bench
 from benchmarks import input as input_bench
+from benchmarks import layout as layout_bench
 from benchmarks import machine
 from benchmarks import memory as memory_bench
 from benchmarks import small_data as small_data_bench
@@ -75,13 +80,17 @@ SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.inpu
               small_data=small_data_bench.small_data,
               eval_scaling=eval_scaling_bench.eval_scaling,
               eval=eval_features_bench.eval_features,
-              time_to_quality=time_to_quality_bench.time_to_quality)
+              time_to_quality=time_to_quality_bench.time_to_quality,
+              layout=layout_bench.layout_suite)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
 flags.DEFINE_string("output", None, "Where to write the JSON result (default: stdout only).")
-flags.DEFINE_string("gin_file", "gin/biggan_cifar10.gin", "step: the experiment to time.")
-flags.DEFINE_multi_string("gin_bindings", [], "step, time_to_quality: extra gin bindings.")
+flags.DEFINE_string("gin_file", "gin/biggan_cifar10.gin", "step, layout: the experiment to "
+                    "time.")
+flags.DEFINE_multi_string("gin_bindings", [], "step, layout, time_to_quality: extra gin "
+                          "bindings.")
+flags.DEFINE_integer("rounds", 3, "layout: interleaved rounds of timings per candidate.")
 flags.DEFINE_list("layouts", ["fp32", "auto"], "step: layouts (gin/layouts/<name>.gin) to time.")
 flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps).")
 flags.DEFINE_string("profile_dir", None,
@@ -125,6 +134,9 @@ def main(argv):
     if FLAGS.suite == "step":
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
                        layouts=FLAGS.layouts, steps=FLAGS.steps, profile_dir=FLAGS.profile_dir)
+    if FLAGS.suite == "layout":
+        options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
+                       rounds=FLAGS.rounds)
     if FLAGS.suite == "async_quality":
         options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions)
     if FLAGS.suite == "small_data":
@@ -146,7 +158,8 @@ def main(argv):
            "repeats": ("time_to_quality",), "runs": ("time_to_quality",),
            "fid_samples": ("time_to_quality", "small_data"),
            "fcd_target": ("time_to_quality",), "accuracy_target": ("time_to_quality",),
-           "train_steps": ("small_data",), "per_class": ("small_data",)}
+           "train_steps": ("small_data",), "per_class": ("small_data",),
+           "rounds": ("layout",)}
     for name, suites in own.items():
         if FLAGS[name].present and FLAGS.suite not in suites:
             common.fail(f"--{name} applies to the {' and '.join(suites)} suite"

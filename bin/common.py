@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, List, NoReturn, Optional
+from typing import Callable, Dict, List, NoReturn, Optional
 
 import quiet_startup
 
@@ -70,6 +70,29 @@ def restore_run(run_dir: str, checkpoint: Optional[str] = None):
         fail(f"{run_dir} holds no checkpoint yet")
     logging.info("%s: step %d, classes %s", path, int(exp.step.numpy()), exp.classes)
     return exp, path
+
+
+def restart_with(environment: Dict[str, str]) -> None:
+    """Runs this binary again, from the start, with `environment` added (once).
+
+    For settings TensorFlow reads only as it loads (oneDNN, its thread pools): the
+    layout is chosen after TensorFlow is imported. The variables it sets are marked
+    as ours, so the new process does not take them for the user's pins.
+    """
+    if not environment:
+        return
+    if os.environ.get("PARAGAN_TF_RESTARTED"):
+        logging.warning("the layout wants %s but this process was restarted for it once "
+                        "already; going on as it is", environment)
+        return
+    logging.info("restarting with %s: TensorFlow reads them only as it loads",
+                 " ".join(f"{k}={v}" for k, v in sorted(environment.items())))
+    env = dict(os.environ, PARAGAN_TF_RESTARTED="1", **environment,
+               **{f"PARAGAN_TF_LAYOUT_SET_{name}": "1" for name in environment})
+    logging.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable] + sys.argv, env)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

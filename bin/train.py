@@ -31,6 +31,7 @@ from paragan_tf.errors import Diverged
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import async_loop
 from paragan_tf.train import experiment
+from paragan_tf.train import layout_tuning
 from paragan_tf.train import loop
 from paragan_tf.train import model_dir as model_dir_lib
 
@@ -49,13 +50,18 @@ def _main() -> int:
     if not FLAGS.dry_run and server.serve_if_server_task(*experiment.Settings.read_cluster()):
         return 0
     settings = experiment.Settings.read()
+    # The layout measured on this machine (cached; the first run of a step shape times
+    # its candidates); oneDNN and the thread counts need TensorFlow restarted.
+    measured = layout_tuning.settle(settings, allow_measuring=not FLAGS.dry_run)
+    if not FLAGS.dry_run:
+        common.restart_with(layout_tuning.restart_environment(measured))
     if not FLAGS.dry_run:  # before any work: the folder, and nobody else training in it
         model_dir_lib.check(model_dir)
         if cluster.writes_model_dir(settings.strategy.kind, settings.cluster):
             # Released (its record cleared) on every exit through common.exit_now; the
             # kernel releases a killed process's flock, and the next run names that pid.
             common.before_exit(model_dir_lib.Lock(model_dir).acquire().release)
-    exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings)
+    exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings, measured=measured)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
         memory = experiment.memory_of(exp)

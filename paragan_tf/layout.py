@@ -1,35 +1,50 @@
-"""Hardware-aware layout (docs/design.md section 5): precision, channel rounding, XLA per device.
+"""Hardware-aware layout (docs/design.md section 5): precision, channel rounding, XLA,
+oneDNN and thread counts per device.
 
-The layout is chosen from what `detect()` finds, never assumed:
+Rules decide what changes the numbers; measurement decides what does not. The rules,
+from what `detect()` finds:
 
-  accelerator / unit          precision        channel multiple   XLA on the step
+  accelerator / unit          precision        channel multiple   XLA on the step (rule)
   TPU (MXU)                   mixed_bfloat16   128                yes (TPUs compile anyway)
   GPU, compute capability>=8  mixed_bfloat16   8                  yes
+  GPU, compute capability 7.x mixed_float16    8                  yes  (dynamic loss scaling)
   GPU, older                  float32          8                  yes
   CPU with AMX-BF16           mixed_bfloat16   32 (AMX tile)      no
   CPU with AVX512-BF16        mixed_bfloat16   16 (512-bit lane)  no
   other CPUs                  float32          1                  no
 
-XLA on CPU: it compiles our step under the default strategy, but its CPU
-convolutions do not go through oneDNN: the 32x32 CIFAR BigGAN step measured
-10.85 s with XLA vs 8.30 s without here (float32, 2 cores; `bin/bench.py
---suite=step --layouts=fp32 --gin_bindings="layout.xla='on'"`), so `auto`
-leaves it off on CPUs. It never works under MirroredStrategy on logical CPU devices or
-inside ParameterServerStrategy closures; asking for it there is an error.
+What only changes round-off (XLA on or off, oneDNN on or off on x86 CPUs, intra-
+and inter-op thread counts) is timed on the machine itself, on the experiment's
+own step (train/layout_tuning.py), and kept in a per-machine cache; `auto` takes
+the cached measurement where one exists for this hardware, TensorFlow version and
+step shape, and the rule above where none does. A measured precision replaces
+the rule only where bfloat16 was timed slower than float32. Anything the gin
+config pins (`layout.xla`, `layout.onednn`, the thread counts, the precision) or
+the environment pins (TF_ENABLE_ONEDNN_OPTS, TF_NUM_INTRAOP_THREADS,
+TF_NUM_INTEROP_THREADS set by the user) is never overridden.
 
-Under mixed precision only the matrix work runs in bfloat16. Variables, the
+oneDNN and the thread counts are process settings read when TensorFlow starts:
+`environment()` names the variables a process needs, and bin/train.py restarts
+itself with them before it builds anything. XLA never works under MirroredStrategy
+on logical CPU devices or inside ParameterServerStrategy closures; asking for it
+there is an error, and the tuner does not try it (the log says why).
+
+Under mixed precision only the matrix work runs in the half type. Variables, the
 optimizer state (slots of float32 variables), the spectral-norm power iteration,
 batch-norm statistics, D's output layers (logits) and the losses stay float32:
 see models/layers.py, which reads its variables as float32 and casts by hand.
-mixed_float16 is accepted when asked for (GPUs) but `auto` never picks it: it
-needs loss scaling and runs ~10x slower on CPUs.
+mixed_float16 trains with dynamic loss scaling (train/step.py); on CPUs it is
+emulated and slow, so `auto` picks it only on GPUs of compute capability 7.x
+(V100, T4), where no bfloat16 unit exists. It has not run on a GPU here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import FrozenSet, Optional, Tuple
+import os
+import platform
+from typing import Dict, FrozenSet, Optional, Tuple
 
 from absl import logging
 import gin
@@ -39,6 +54,12 @@ import tf_keras as keras
 from paragan_tf.errors import ConfigError
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+SWITCHES = ("auto", "on", "off")
+# The CPU flags that decide a layout (a hardware signature lists only these).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd")
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +69,8 @@ class Hardware:
     accelerator: str  # "tpu", "gpu" or "cpu"
     cpu_features: FrozenSet[str] = frozenset()
     gpu_compute_capability: Optional[Tuple[int, int]] = None
+    cpu_model: str = ""
+    cores: int = 0
 
     @property
     def bf16_unit(self) -> Optional[str]:
@@ -63,6 +86,45 @@ class Hardware:
             return "AVX512-BF16"
         return None
 
+    @property
+    def fp16_tensor_cores(self) -> bool:
+        """A GPU whose tensor cores do float16 but not bfloat16 (compute capability 7.x)."""
+        cc = self.gpu_compute_capability or (0, 0)
+        return self.accelerator == "gpu" and (7, 0) <= cc < (8, 0)
+
+    @property
+    def x86_cpu(self) -> bool:
+        """oneDNN's switch exists for x86 CPUs only (TensorFlow's Linux x86 builds)."""
+        return self.accelerator == "cpu" and any(
+            flag.startswith(("sse", "avx", "amx")) for flag in self.cpu_features)
+
+    def signature(self) -> Dict[str, object]:
+        """What a measured layout depends on: the layout cache's key holds it."""
+        return dict(accelerator=self.accelerator, cpu_model=self.cpu_model, cores=self.cores,
+                    isa=sorted(f for f in self.cpu_features if f in ISA_FLAGS),
+                    gpu_compute_capability=(list(self.gpu_compute_capability)
+                                            if self.gpu_compute_capability else None))
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """What a timing of the step chose for `auto` (train/layout_tuning.py)."""
+
+    xla: bool
+    onednn: Optional[bool]  # None: no switch on this hardware
+    intra_op_threads: int = 0  # 0: TensorFlow's default
+    inter_op_threads: int = 0
+    precision: Optional[str] = None  # set only where bfloat16 was timed slower than float32
+    source: str = "cache"  # "cache" (an earlier run measured it) or "measured" (this run)
+    seconds_per_step: Optional[float] = None
+
+    def describe(self) -> str:
+        threads = (f"threads {self.intra_op_threads}/{self.inter_op_threads}"
+                   if self.intra_op_threads or self.inter_op_threads else "threads default")
+        return (f"XLA {_on(self.xla)}, oneDNN "
+                f"{'n/a' if self.onednn is None else _on(self.onednn)}, {threads}"
+                + (f", {self.precision}" if self.precision else ""))
+
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
@@ -73,12 +135,22 @@ class Layout:
     channel_multiple: int  # block widths are rounded up to a multiple of this; 1: unchanged
     hardware: Hardware
     reasons: Tuple[str, ...] = ()
+    onednn: Optional[bool] = None  # in effect in this process; None: no switch here
+    intra_op_threads: int = 0  # as the process was started with them; 0: TF's default
+    inter_op_threads: int = 0
+    source: str = "rule"  # where `auto`'s choices came from: rule, cache or measured
 
     def as_dict(self) -> dict:
         return dict(precision=self.precision, xla=self.xla,
-                    channel_multiple=self.channel_multiple,
+                    channel_multiple=self.channel_multiple, onednn=self.onednn,
+                    intra_op_threads=self.intra_op_threads,
+                    inter_op_threads=self.inter_op_threads, source=self.source,
                     accelerator=self.hardware.accelerator, bf16_unit=self.hardware.bf16_unit,
                     reasons=list(self.reasons))
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
 
 
 def cpu_features(path: str = "/proc/cpuinfo") -> FrozenSet[str]:
@@ -93,15 +165,112 @@ def cpu_features(path: str = "/proc/cpuinfo") -> FrozenSet[str]:
     return frozenset()
 
 
+def cpu_model(path: str = "/proc/cpuinfo") -> str:
+    """The CPU's model name with its family and model numbers (Linux), else the platform's."""
+    fields = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "cpu family", "model") and \
+                        key.strip() not in fields:
+                    fields[key.strip()] = value.strip()
+                if not line.strip() and fields:
+                    break
+    except OSError:
+        pass
+    if "model name" not in fields:
+        return platform.processor() or platform.machine()
+    return (f"{fields['model name']} (family {fields.get('cpu family', '?')} "
+            f"model {fields.get('model', '?')})")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), not the machine's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def detect(strategy: Optional[tf.distribute.Strategy] = None) -> Hardware:
     """The hardware this process computes on (TPU devices exist once a TPU strategy connected)."""
+    cpu = dict(cpu_features=cpu_features(), cpu_model=cpu_model(), cores=usable_cores())
     if isinstance(strategy, tf.distribute.TPUStrategy) or tf.config.list_logical_devices("TPU"):
-        return Hardware("tpu", cpu_features())
+        return Hardware("tpu", **cpu)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])
-        return Hardware("gpu", cpu_features(), details.get("compute_capability"))
-    return Hardware("cpu", cpu_features())
+        return Hardware("gpu", gpu_compute_capability=details.get("compute_capability"), **cpu)
+    return Hardware("cpu", **cpu)
+
+
+def onednn_in_effect(hardware: Hardware) -> Optional[bool]:
+    """Whether this process's TensorFlow runs oneDNN kernels (None: no switch here)."""
+    if not hardware.x86_cpu:
+        return None
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-direct-tensorflow-import,import-outside-toplevel
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
+# TensorFlow turns oneDNN on by default on Linux x86 CPUs with any of these (its
+# util.cc, DefaultOneDnnPolicy); elsewhere it is off unless TF_ENABLE_ONEDNN_OPTS=1.
+ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
+                        "amx_bf16")
+
+
+def onednn_default(hardware: Hardware) -> Optional[bool]:
+    """oneDNN as TensorFlow starts without TF_ENABLE_ONEDNN_OPTS (None: no switch here)."""
+    if not hardware.x86_cpu:
+        return None
+    return any(flag in hardware.cpu_features for flag in ONEDNN_DEFAULT_FLAGS)
+
+
+def threads_in_effect() -> Tuple[int, int]:
+    """The intra- and inter-op thread counts this process was started with (0: default)."""
+    return tuple(int(os.environ.get(name) or 0) for name in THREAD_ENV)  # type: ignore
+
+
+def environment_pins() -> Dict[str, str]:
+    """The process settings the user's environment fixes (never overridden)."""
+    return {name: os.environ[name] for name in (ONEDNN_ENV,) + THREAD_ENV
+            if os.environ.get(name) and not os.environ.get("PARAGAN_TF_LAYOUT_SET_" + name)}
+
+
+def environment(hardware: Hardware, onednn: str = "auto", intra_op_threads: int = 0,
+                inter_op_threads: int = 0,
+                measured: Optional[Measured] = None) -> Dict[str, str]:
+    """The environment variables a process needs for its layout (before TensorFlow loads).
+
+    Pinned gin settings come first, then the measurement; variables the user set are left
+    alone (environment_pins). Empty when TensorFlow's defaults are what was chosen.
+    """
+    if onednn not in SWITCHES:
+        raise ConfigError(f"layout.onednn={onednn!r} must be auto, on or off")
+    wanted: Dict[str, str] = {}
+    if hardware.x86_cpu:
+        if onednn != "auto":
+            wanted[ONEDNN_ENV] = "1" if onednn == "on" else "0"
+        elif measured is not None and measured.onednn is not None:
+            wanted[ONEDNN_ENV] = "1" if measured.onednn else "0"
+    elif onednn != "auto":
+        raise ConfigError(f"layout.onednn={onednn!r}: oneDNN's switch exists on x86 CPUs "
+                          f"only; this is {hardware.accelerator} ({hardware.cpu_model})")
+    intra = intra_op_threads or (measured.intra_op_threads if measured else 0)
+    inter = inter_op_threads or (measured.inter_op_threads if measured else 0)
+    for name, value in zip(THREAD_ENV, (intra, inter)):
+        if value:
+            wanted[name] = str(value)
+    pins = environment_pins()
+    return {k: v for k, v in wanted.items() if k not in pins}
+
+
+def configured() -> Dict[str, object]:
+    """The `layout.*` settings the parsed gin config binds (what the user pinned)."""
+    try:
+        return dict(gin.get_bindings("layout"))
+    except (ValueError, KeyError):
+        return {}
 
 
 def _tile_multiple(hardware: Hardware) -> int:
@@ -112,7 +281,8 @@ def _tile_multiple(hardware: Hardware) -> int:
     return {"AMX-BF16": 32, "AVX512-BF16": 16}.get(hardware.bf16_unit, 1)
 
 
-def _xla_works(strategy: Optional[tf.distribute.Strategy], hardware: Hardware) -> Optional[str]:
+def xla_blocker(strategy: Optional[tf.distribute.Strategy], hardware: Hardware
+                ) -> Optional[str]:
     """None when XLA can compile the per-replica step here, else why not."""
     if strategy is None or hardware.accelerator == "tpu":
         return None
@@ -123,10 +293,23 @@ def _xla_works(strategy: Optional[tf.distribute.Strategy], hardware: Hardware) -
     return None
 
 
-@gin.configurable("layout")
+def rule_precision(hardware: Hardware) -> Tuple[str, str]:
+    """(precision, why) by the rule of the module doc."""
+    unit = hardware.bf16_unit
+    if unit:
+        return "mixed_bfloat16", f"{unit} present"
+    if hardware.fp16_tensor_cores:
+        return "mixed_float16", ("float16 tensor cores without bfloat16 (compute capability "
+                                 f"{hardware.gpu_compute_capability}): dynamic loss scaling")
+    return "float32", "no bfloat16 matrix unit found"
+
+
+@gin.configurable("layout", denylist=["hardware", "strategy", "measured"])
 def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None,
            precision: str = "auto", xla: str = "auto", round_channels: bool = False,
-           channel_multiple: int = 0) -> Layout:
+           channel_multiple: int = 0, onednn: str = "auto", intra_op_threads: int = 0,
+           inter_op_threads: int = 0, tune: str = "auto", tune_seconds: float = 90.0,
+           measured: Optional[Measured] = None) -> Layout:
     """The layout for `hardware` under `strategy`.
 
     Args:
@@ -137,43 +320,78 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
       round_channels: round every block width up to the unit's tile multiple
         (changes the architecture: parameter counts grow, checkpoints differ).
       channel_multiple: the multiple to round to; 0 takes the unit's.
+      onednn: auto, on or off (x86 CPUs): TensorFlow's oneDNN kernels. A process
+        setting: bin/train.py starts TensorFlow with it (`environment`).
+      intra_op_threads, inter_op_threads: TensorFlow's thread pools; 0 lets `auto`
+        decide (TensorFlow's default unless a measurement chose otherwise).
+      tune: auto (measure the step once per machine and step shape, then use the
+        cache), off (rules and the cache only) or again (re-measure now).
+        Read by train/layout_tuning.py.
+      tune_seconds: the measurement's time budget.
+      measured: the tuner's choice for this step (None: the rules alone).
     """
     reasons = []
-    unit = hardware.bf16_unit
     if precision not in PRECISIONS:
         raise ConfigError(f"layout.precision={precision!r}; choose one of {PRECISIONS}")
-    if precision == "auto":
-        precision = "mixed_bfloat16" if unit else "float32"
-        reasons.append(f"precision {precision}: " + (f"{unit} present" if unit else
-                                                   "no bfloat16 matrix unit found"))
-    if xla not in ("auto", "on", "off"):
+    if xla not in SWITCHES:
         raise ConfigError(f"layout.xla={xla!r} must be auto, on or off")
-    blocker = _xla_works(strategy, hardware)
+    if tune not in ("auto", "off", "again"):
+        raise ConfigError(f"layout.tune={tune!r} must be auto, off or again")
+    if min(intra_op_threads, inter_op_threads) < 0 or tune_seconds <= 0:
+        raise ConfigError("layout thread counts must be >= 0 and layout.tune_seconds > 0")
+    source = measured.source if measured else "rule"
+    if precision == "auto":
+        precision, why = rule_precision(hardware)
+        if measured and measured.precision and measured.precision != precision:
+            precision, why = measured.precision, f"{why}, but {measured.precision} timed faster"
+        reasons.append(f"precision {precision}: {why}")
+    blocker = xla_blocker(strategy, hardware)
     if xla == "on" and blocker:
         raise ConfigError(f"layout.xla='on' cannot be used here: {blocker}; use 'auto' or 'off'")
     if xla == "auto":
-        use_xla = hardware.accelerator in ("tpu", "gpu") and blocker is None
-        if use_xla:
-            why = f"compiles the step on {hardware.accelerator.upper()}"
+        if blocker:
+            use_xla, why = False, blocker
+        elif measured is not None:
+            use_xla, why = measured.xla, f"{measured.source}: {measured.describe()}"
         else:
-            why = blocker or "XLA's CPU convolutions are slower than oneDNN's"
-        reasons.append(f"XLA {'on' if use_xla else 'off'}: {why}")
+            use_xla = hardware.accelerator in ("tpu", "gpu")
+            why = (f"compiles the step on {hardware.accelerator.upper()}" if use_xla else
+                   "the rule for CPUs (no measurement of this step on this machine yet)")
+        reasons.append(f"XLA {_on(use_xla)}: {why}")
     else:
         use_xla = xla == "on"
+    in_effect = onednn_in_effect(hardware)
+    if onednn != "auto" and in_effect is not None and in_effect != (onednn == "on"):
+        raise ConfigError(f"layout.onednn={onednn!r} but this process started TensorFlow "
+                          f"with oneDNN {_on(in_effect)}: set {ONEDNN_ENV}="
+                          f"{int(onednn == 'on')} before TensorFlow is imported (bin/train.py "
+                          "does so itself)")
+    if in_effect is not None:
+        wanted = measured.onednn if measured and onednn == "auto" else None
+        reasons.append(f"oneDNN {_on(in_effect)}" + (
+            "" if wanted is None or wanted == in_effect else
+            f" (the measurement chose {_on(wanted)}; start TensorFlow with {ONEDNN_ENV}="
+            f"{int(wanted)}, as bin/train.py does)"))
+    intra, inter = threads_in_effect()
     multiple = 1
     if round_channels:
         multiple = channel_multiple or _tile_multiple(hardware)
         reasons.append(f"block widths rounded up to multiples of {multiple}")
     elif channel_multiple:
         raise ConfigError("layout.channel_multiple is set but layout.round_channels=False")
-    return Layout(precision, use_xla, multiple, hardware, tuple(reasons))
+    return Layout(precision, use_xla, multiple, hardware, tuple(reasons), in_effect, intra,
+                  inter, source)
 
 
 def apply(layout: Layout) -> None:
     """Makes `layout` the process's Keras policy; call before the models are built."""
     keras.mixed_precision.set_global_policy(layout.precision)
-    logging.info("layout: %s, XLA %s, channel multiple %d (%s)", layout.precision,
-                 "on" if layout.xla else "off", layout.channel_multiple,
+    threads = (f"threads {layout.intra_op_threads or 'default'}/"
+               f"{layout.inter_op_threads or 'default'}")
+    logging.info("layout: %s, XLA %s, oneDNN %s, %s, channel multiple %d, from the %s (%s)",
+                 layout.precision, _on(layout.xla),
+                 "n/a" if layout.onednn is None else _on(layout.onednn), threads,
+                 layout.channel_multiple, layout.source,
                  "; ".join(layout.reasons) or "as configured")
 
 

@@ -17,7 +17,21 @@ import sys
 import time
 import urllib.request
 
-import paragan_tf  # noqa: F401  (pins tf-keras first)
+import tempfile
+
+# Before TensorFlow loads, for this process and every binary the tests start:
+# - layouts come from the rules (the tests' configs pin fp32 and XLA off), never from a
+#   measurement or a developer's cache: one test file (test_layout_tuning.py) tunes;
+# - oneDNN on for x86 CPUs unless the caller set it: TensorFlow leaves it off on CPUs
+#   without AVX-512 VNNI/BF16 or AMX, where our convolutions then run 2-3x slower
+#   (docs/benchmarks.md, the layout suite); where TensorFlow turns it on, this is a no-op.
+os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
+os.environ.setdefault("PARAGAN_TF_LAYOUT_CACHE", os.path.join(
+    tempfile.mkdtemp(prefix="paragan_layout_cache_"), "layouts.json"))
+if os.uname().machine in ("x86_64", "AMD64"):
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+
+import paragan_tf  # noqa: F401  (pins tf-keras first)  pylint: disable=wrong-import-position
 
 import gin
 import numpy as np
@@ -53,7 +67,7 @@ _FILE_SECONDS = {
     "test_tensorboard.py": 35, "test_bench_small_data.py": 35, "test_service.py": 30,
     "test_recompute.py": 25, "test_sampling.py": 25, "test_ada.py": 25, "test_pipeline.py": 20,
     "test_classifier.py": 20, "test_class_list.py": 15, "test_regularizers.py": 10,
-    "test_ema.py": 10, "test_export.py": 10,
+    "test_ema.py": 10, "test_export.py": 10, "test_layout_tuning.py": 120,
 }
 
 

@@ -1,4 +1,5 @@
-"""Hardware-aware layout: the choice per detected hardware, and a real bfloat16 training step."""
+"""Hardware-aware layout: the rules per detected hardware, how a measurement and pins combine
+with them, and real bfloat16 and XLA training steps."""
 
 from __future__ import annotations
 
@@ -16,19 +17,24 @@ from paragan_tf.train import loop
 
 ONE_DEVICE = tf.distribute.OneDeviceStrategy("/cpu:0")
 CPU_PLAIN = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "avx512f"}))
+CPU_AVX2 = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "fma"}),
+                               cpu_model="AMD EPYC (family 25 model 1)", cores=2)  # Zen 3
 CPU_AVX512_BF16 = layout_lib.Hardware("cpu", frozenset({"avx512f", "avx512_bf16"}))
 CPU_AMX = layout_lib.Hardware("cpu", frozenset({"avx512_bf16", "amx_bf16", "amx_tile"}))
 GPU_AMPERE = layout_lib.Hardware("gpu", frozenset(), (8, 0))
 GPU_VOLTA = layout_lib.Hardware("gpu", frozenset(), (7, 0))
+GPU_PASCAL = layout_lib.Hardware("gpu", frozenset(), (6, 1))
 TPU = layout_lib.Hardware("tpu")
 
 
 @pytest.mark.parametrize("hardware,precision,xla,multiple", [
     (CPU_PLAIN, "float32", False, 1),
+    (CPU_AVX2, "float32", False, 1),
     (CPU_AVX512_BF16, "mixed_bfloat16", False, 16),
     (CPU_AMX, "mixed_bfloat16", False, 32),
     (GPU_AMPERE, "mixed_bfloat16", True, 8),
-    (GPU_VOLTA, "float32", True, 8),
+    (GPU_VOLTA, "mixed_float16", True, 8),
+    (GPU_PASCAL, "float32", True, 8),
     (TPU, "mixed_bfloat16", True, 128),
 ])
 def test_auto_layout_per_hardware(hardware, precision, xla, multiple):
@@ -53,10 +59,68 @@ def test_explicit_settings_override_detection_and_impossible_xla_is_refused():
         layout_lib.choose(CPU_PLAIN, ONE_DEVICE, channel_multiple=16)
 
 
+def test_a_measurement_decides_only_what_the_rules_leave_to_it():
+    faster_xla = layout_lib.Measured(xla=True, onednn=True, source="cache")
+    chosen = layout_lib.choose(CPU_AVX2, ONE_DEVICE, measured=faster_xla)
+    assert chosen.xla and chosen.source == "cache" and chosen.precision == "float32"
+    assert any(r.startswith("XLA on: cache") for r in chosen.reasons)
+    # Pinned settings are never overridden; an impossible XLA is never taken from a cache.
+    assert not layout_lib.choose(CPU_AVX2, ONE_DEVICE, xla="off", measured=faster_xla).xla
+    assert not layout_lib.choose(CPU_AVX2, mirrored_2(), measured=faster_xla).xla
+    # A precision is taken from a measurement only when the config leaves it to `auto`.
+    bf16_slower = layout_lib.Measured(xla=False, onednn=True, precision="float32")
+    assert layout_lib.choose(CPU_AVX512_BF16, ONE_DEVICE,
+                             measured=bf16_slower).precision == "float32"
+    assert layout_lib.choose(CPU_AVX512_BF16, ONE_DEVICE, precision="mixed_bfloat16",
+                             measured=bf16_slower).precision == "mixed_bfloat16"
+    # Without a measurement the rules say so.
+    rule = layout_lib.choose(CPU_AVX2, ONE_DEVICE)
+    assert rule.source == "rule" and not rule.xla
+    assert any("no measurement" in r for r in rule.reasons)
+
+
+def test_process_settings_come_from_pins_then_the_measurement(monkeypatch):
+    for name in ("TF_ENABLE_ONEDNN_OPTS",) + layout_lib.THREAD_ENV:
+        monkeypatch.delenv(name, raising=False)
+    measured = layout_lib.Measured(xla=False, onednn=True, intra_op_threads=2,
+                                   inter_op_threads=1)
+    assert layout_lib.environment(CPU_AVX2, measured=measured) == {
+        "TF_ENABLE_ONEDNN_OPTS": "1", "TF_NUM_INTRAOP_THREADS": "2",
+        "TF_NUM_INTEROP_THREADS": "1"}
+    assert layout_lib.environment(CPU_AVX2, onednn="off", measured=measured)[
+        "TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert layout_lib.environment(CPU_AVX2) == {}  # no measurement: TensorFlow's defaults
+    # What the user's environment sets is theirs: never in what we would set.
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert "TF_ENABLE_ONEDNN_OPTS" not in layout_lib.environment(CPU_AVX2, measured=measured)
+    # ...unless our own restart set it (marked so).
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_SET_TF_ENABLE_ONEDNN_OPTS", "1")
+    assert "TF_ENABLE_ONEDNN_OPTS" in layout_lib.environment(CPU_AVX2, measured=measured)
+    with pytest.raises(ConfigError, match="x86 CPUs only"):
+        layout_lib.environment(GPU_AMPERE, onednn="on")
+    with pytest.raises(ConfigError, match="layout.onednn"):
+        layout_lib.environment(CPU_AVX2, onednn="yes")
+
+
+def test_onednn_default_follows_tensorflows_rule_and_a_mismatch_is_refused():
+    assert layout_lib.onednn_default(CPU_AVX2) is False
+    assert layout_lib.onednn_default(CPU_AVX512_BF16) is True
+    assert layout_lib.onednn_default(CPU_AMX) is True
+    assert layout_lib.onednn_default(GPU_AMPERE) is None
+    in_effect = layout_lib.onednn_in_effect(CPU_AVX2)
+    other = "off" if in_effect else "on"
+    with pytest.raises(ConfigError, match="set TF_ENABLE_ONEDNN_OPTS"):
+        layout_lib.choose(CPU_AVX2, ONE_DEVICE, onednn=other)
+    assert layout_lib.choose(CPU_AVX2, ONE_DEVICE, onednn="on" if in_effect else "off"
+                             ).onednn == in_effect
+
+
 def test_detection_reads_cpu_flags(monkeypatch, tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n")
+    cpuinfo.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD "
+                       "EPYC\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n")
     features = layout_lib.cpu_features(str(cpuinfo))
+    assert layout_lib.cpu_model(str(cpuinfo)) == "AMD EPYC (family 25 model 1)"
     assert {"amx_bf16", "avx2"} <= features
     assert layout_lib.cpu_features(str(tmp_path / "missing")) == frozenset()
     # Stub the boundary only: detect() and choose() then run for real.

@@ -1,0 +1,71 @@
+"""One layout candidate's training step, timed on request (a child of train/layout_tuning.py).
+
+    python -m paragan_tf.train.layout_probe CONFIG.gin [BINDING ...]
+
+The process settings under test (oneDNN, thread counts) come in the environment,
+set before TensorFlow loads; the rest (XLA, precision) as gin bindings. It builds
+the experiment as bin/train.py would (stand-in pixels of the same shape when the
+data is not on this machine), runs two warm-up steps (tracing, XLA compilation),
+prints one JSON line {"ready": ...}, then for every line "N" on stdin runs N
+steps and prints {"seconds": ..., "steps": N}. "quit" or end of input ends it at once,
+without the input iterators' destructors (they can block for a minute:
+train/teardown.py), as does any error (one JSON line {"error": ...}).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def _say(**fields) -> None:
+    sys.stdout.write(json.dumps(fields) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv) -> None:
+    import paragan_tf  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    from absl import logging  # pylint: disable=import-outside-toplevel
+    from paragan_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    from paragan_tf.train import loop  # pylint: disable=import-outside-toplevel
+    logging.set_verbosity(logging.WARNING)
+    config, bindings = argv[0], list(argv[1:])
+    experiment.parse([config], bindings)
+    exp = experiment.build(check_data=False)
+    try:
+        exp.source.check()
+    except ConfigError:  # same shapes, stand-in pixels: the step's compute is the same
+        experiment.parse([config], bindings + ["dataset.name = 'synthetic'"])
+        exp = experiment.build()
+    trainer = loop.SyncTrainer(exp)
+    warmup = []
+    for _ in range(2):
+        start = time.perf_counter()
+        trainer.train(1)
+        warmup.append(time.perf_counter() - start)
+    _say(ready=True, warmup_seconds=warmup, layout=exp.layout.as_dict())
+    while True:
+        command = sys.stdin.readline().strip()
+        if command in ("quit", ""):
+            _exit()
+        steps = int(command)
+        start = time.perf_counter()
+        trainer.train(steps)
+        _say(seconds=time.perf_counter() - start, steps=steps)
+
+
+def _exit() -> None:
+    sys.stdout.flush()
+    os._exit(0)  # pylint: disable=protected-access
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except Exception as e:  # pylint: disable=broad-except
+        lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+        _say(error=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500])
+    _exit()

@@ -1,0 +1,415 @@
+"""The layout measured on the machine it runs on (docs/design.md section 5).
+
+What does not change the numbers beyond round-off (XLA on or off, oneDNN on or off
+on x86 CPUs, TensorFlow's thread counts) is chosen by timing the experiment's own
+training step under each candidate, never from a table. oneDNN and the thread
+counts must be set before TensorFlow loads, so every candidate is a child process
+(train/layout_probe.py) that builds the run, compiles and warms up its step, then
+times steps when asked: the parent asks A B C D, A B C D, ... (interleaved rounds,
+so a noisy neighbour hits every candidate alike) and takes each candidate's median.
+
+Two stages: first XLA x oneDNN at TensorFlow's thread counts; then the winner
+against itself with one inter-op thread, and against float32 where the rule picked
+bfloat16 (the rule stands unless bfloat16 is timed slower). The whole tuning keeps
+to `layout.tune_seconds` (90 s by default): a stage that would not fit is skipped,
+and the log says so. One line per candidate and one for the choice go to the log.
+
+The result is kept in a readable JSON cache (PARAGAN_TF_LAYOUT_CACHE, default
+~/.cache/paragan_tf/layouts.json), keyed by the hardware signature, TensorFlow's
+version and the step's shape; `layout.tune='auto'` measures only when the key has
+no entry, 'again' re-measures, 'off' uses the cache or the rules.
+
+Tuning runs for one-process strategies only: every worker of a multi-worker job
+would measure alone and might choose differently. Those use the cache entry of the
+same step shape and strategy, or the rules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from absl import logging
+import gin
+import tensorflow as tf
+
+from paragan_tf import layout as layout_lib
+from paragan_tf.errors import ConfigError
+
+ONE_PROCESS_KINDS = ("one_device", "mirrored")
+TUNE_ENV = "PARAGAN_TF_LAYOUT_TUNE"  # "off": never measure (test suites set it)
+MEASURE_SECONDS = 1.5  # the length of one timing of one candidate
+STARTUP_TIMEOUT = 900  # seconds for a child to build and compile its step
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One setting of what tuning may choose."""
+
+    xla: bool
+    onednn: Optional[bool]
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    precision: str = ""
+
+    @property
+    def name(self) -> str:
+        parts = [f"xla={'on' if self.xla else 'off'}"]
+        if self.onednn is not None:
+            parts.append(f"onednn={'on' if self.onednn else 'off'}")
+        parts.append(f"threads={self.intra_op_threads or 'default'}/"
+                     f"{self.inter_op_threads or 'default'}")
+        parts.append(self.precision)
+        return ",".join(parts)
+
+    def environment(self) -> Dict[str, str]:
+        env = {}
+        if self.onednn is not None:
+            env[layout_lib.ONEDNN_ENV] = "1" if self.onednn else "0"
+        for name, value in zip(layout_lib.THREAD_ENV,
+                               (self.intra_op_threads, self.inter_op_threads)):
+            if value:
+                env[name] = str(value)
+        return env
+
+    def measured(self, source: str, seconds: Optional[float], run_precision: str
+                 ) -> layout_lib.Measured:
+        return layout_lib.Measured(
+            xla=self.xla, onednn=self.onednn, intra_op_threads=self.intra_op_threads,
+            inter_op_threads=self.inter_op_threads,
+            precision=self.precision if self.precision != run_precision else None,
+            source=source, seconds_per_step=seconds)
+
+
+def cache_path() -> str:
+    default = os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                           os.path.join(os.path.expanduser("~"), ".cache"),
+                           "paragan_tf", "layouts.json")
+    return os.environ.get("PARAGAN_TF_LAYOUT_CACHE") or default
+
+
+def _bound(selector: str, default):
+    try:
+        return gin.query_parameter(selector)
+    except ValueError:
+        return default
+
+
+def step_shape(settings, precision: str) -> Dict[str, object]:
+    """What the step's speed depends on, beside the hardware and TensorFlow's version."""
+    cfg = settings.train
+    return dict(resolution=settings.data.resolution, batch_size=cfg.batch_size,
+                d_steps=cfg.d_steps, accumulation=cfg.accumulation,
+                recompute=cfg.recompute, precision=precision,
+                strategy=settings.strategy.kind,
+                generator_ch=_bound("Generator.ch", None),
+                discriminator_ch=_bound("Discriminator.ch", None),
+                dim_z=_bound("Generator.dim_z", None),
+                penalties=[settings.penalties.r1_gamma, settings.penalties.r2_gamma],
+                augment=bool(settings.augment.transforms or settings.augment.ada_target))
+
+
+def cache_key(hardware: layout_lib.Hardware, shape: Dict[str, object]) -> Tuple[str, dict]:
+    """(key, the readable facts it hashes)."""
+    facts = dict(hardware=hardware.signature(), tensorflow=tf.__version__, step=shape)
+    text = json.dumps(facts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16], facts
+
+
+@contextlib.contextmanager
+def _locked_cache():
+    """The cache's entries, locked against other processes; written back on exit."""
+    path = cache_path()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = {}
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    entries = json.load(f)
+            except (OSError, ValueError) as e:
+                logging.warning("layout cache %s unreadable (%s); measuring anew", path, e)
+        before = json.dumps(entries, sort_keys=True)
+        yield entries
+        if json.dumps(entries, sort_keys=True) != before:
+            tmp = path + f".tmp{os.getpid()}"
+            with open(tmp, "w") as f:
+                json.dump(entries, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+
+
+def cached(key: str) -> Optional[dict]:
+    with _locked_cache() as entries:
+        return entries.get(key)
+
+
+def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], kind: str,
+               precision: str) -> Tuple[List[Candidate], List[str]]:
+    """The first stage's candidates (XLA x oneDNN) and why anything was not tried."""
+    notes = []
+    env_pins = layout_lib.environment_pins()
+    if pins.get("xla", "auto") != "auto":
+        xlas = [pins["xla"] == "on"]
+        notes.append(f"XLA pinned {pins['xla']} (layout.xla)")
+    elif hardware.accelerator == "cpu" and kind == "mirrored":
+        xlas = [False]
+        notes.append("XLA not tried: MirroredStrategy on CPU devices does not support XLA")
+    else:
+        xlas = [False, True]
+    default = layout_lib.onednn_default(hardware)
+    if default is None:
+        onednns: List[Optional[bool]] = [None]
+        notes.append(f"oneDNN not tried: no switch on {hardware.accelerator} "
+                     f"({hardware.cpu_model})")
+    elif layout_lib.ONEDNN_ENV in env_pins:
+        onednns = [env_pins[layout_lib.ONEDNN_ENV] not in ("0", "false", "False")]
+        notes.append(f"oneDNN pinned by {layout_lib.ONEDNN_ENV}="
+                     f"{env_pins[layout_lib.ONEDNN_ENV]}")
+    elif pins.get("onednn", "auto") != "auto":
+        onednns = [pins["onednn"] == "on"]
+        notes.append(f"oneDNN pinned {pins['onednn']} (layout.onednn)")
+    else:
+        onednns = [default, not default]  # TensorFlow's default for this CPU first
+    threads = _pinned_threads(pins, env_pins)
+    return [Candidate(x, o, *threads, precision) for o in onednns for x in xlas], notes
+
+
+def _pinned_threads(pins, env_pins) -> Tuple[int, int]:
+    env = [int(env_pins.get(name) or 0) for name in layout_lib.THREAD_ENV]
+    return (int(pins.get("intra_op_threads") or env[0]),
+            int(pins.get("inter_op_threads") or env[1]))
+
+
+def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) -> Candidate:
+    """Of the first stage, what the rules alone give: XLA on accelerators only (where it
+    is a candidate), TensorFlow's default oneDNN, the stage's thread counts."""
+    xla = hardware.accelerator in ("gpu", "tpu") and any(c.xla for c in stage)
+    if all(c.xla for c in stage):
+        xla = True
+    onednn = layout_lib.onednn_default(hardware)
+    if all(c.onednn != onednn for c in stage):
+        onednn = stage[0].onednn
+    return dataclasses.replace(stage[0], xla=xla, onednn=onednn)
+
+
+def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[str, object],
+                 rule_precision: str) -> Tuple[List[Candidate], List[str]]:
+    """The winner against its variants: one inter-op thread; float32 in place of bfloat16."""
+    notes, out = [], [winner]
+    if winner.intra_op_threads or winner.inter_op_threads:
+        notes.append("thread counts pinned")
+    elif hardware.cores < 2:
+        notes.append("thread counts not tried: one core")
+    else:
+        out.append(dataclasses.replace(winner, intra_op_threads=hardware.cores,
+                                       inter_op_threads=1))
+    if pins.get("precision", "auto") == "auto" and rule_precision == "mixed_bfloat16":
+        out.append(dataclasses.replace(winner, precision="float32"))
+    return out, notes
+
+
+class _Probe:
+    """A child process holding one candidate's built and compiled step."""
+
+    def __init__(self, candidate: Candidate, config_file: str, extra: Sequence[str]):
+        self.candidate = candidate
+        env = dict(os.environ, **candidate.environment(), **{TUNE_ENV: "off"})
+        bindings = [f"layout.xla = '{'on' if candidate.xla else 'off'}'",
+                    f"layout.precision = '{candidate.precision}'",
+                    "layout.tune = 'off'", *extra]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "paragan_tf.train.layout_probe", config_file, *bindings],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            env=env, text=True)
+        self.ready: Optional[dict] = None
+
+    def read(self) -> dict:
+        line = self.process.stdout.readline()
+        if not line:
+            return dict(error=f"exited with code {self.process.wait()}")
+        return json.loads(line)
+
+    def time_steps(self, steps: int) -> dict:
+        self.process.stdin.write(f"{steps}\n")
+        self.process.stdin.flush()
+        return self.read()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self.process.stdin.write("quit\n")
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline: float,
+            progress: Callable[[str], None], extra: Sequence[str] = ()) -> List[dict]:
+    """Each candidate's step seconds over interleaved rounds (as many as `deadline` allows,
+    at least one, at most `rounds`): a row per candidate."""
+    probes = [_Probe(c, config_file, extra) for c in stage]
+    rows = []
+    try:
+        started = time.monotonic()
+        for probe in probes:
+            probe.ready = probe.read()
+            if "error" in probe.ready:
+                progress(f"layout candidate {probe.candidate.name}: failed "
+                         f"({probe.ready['error']}); not chosen")
+        live = [p for p in probes if "error" not in p.ready]
+        if not live:
+            raise ConfigError("layout tuning: every candidate failed to build its step: "
+                              + "; ".join(p.ready["error"] for p in probes))
+        startup = time.monotonic() - started
+        warm = max(min(p.ready["warmup_seconds"]) for p in live)
+        steps = max(1, round(MEASURE_SECONDS / max(warm, 1e-3)))
+        times: Dict[str, List[float]] = {p.candidate.name: [] for p in live}
+        for index in range(rounds):
+            if index and time.monotonic() + len(live) * steps * warm > deadline:
+                progress(f"layout tuning: {index} round(s) of {rounds} fit the time budget")
+                break
+            for probe in live:
+                answer = probe.time_steps(steps)
+                if "seconds" in answer:
+                    times[probe.candidate.name].append(answer["seconds"] / answer["steps"])
+        for probe in probes:
+            name = probe.candidate.name
+            per_step = times.get(name) or []
+            rows.append(dict(candidate=dataclasses.asdict(probe.candidate), name=name,
+                             seconds_per_step=statistics.median(per_step) if per_step else None,
+                             rounds=per_step, steps_per_timing=steps,
+                             startup_seconds=round(startup, 1),
+                             error=probe.ready.get("error")))
+    finally:
+        for probe in probes:
+            probe.close()
+    return rows
+
+
+@contextlib.contextmanager
+def parsed_config_file():
+    """The parsed gin config as a file, for the children to parse as they are."""
+    with tempfile.NamedTemporaryFile("w", suffix=".gin") as f:
+        f.write(gin.config_str())
+        f.flush()
+        yield f.name
+
+
+def fastest(rows: Sequence[dict]) -> dict:
+    timed = [r for r in rows if r["seconds_per_step"]]
+    return min(timed, key=lambda r: r["seconds_per_step"])
+
+
+def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
+         precision: str, budget_seconds: float, rounds: int = 3,
+         progress: Callable[[str], None] = logging.info) -> Tuple[Candidate, dict]:
+    """Measures the candidates for the parsed gin config; (the fastest, the record)."""
+    deadline = time.monotonic() + budget_seconds
+    stage, notes = candidates(hardware, pins, settings.strategy.kind, precision)
+    for note in notes:
+        progress(f"layout tuning: {note}")
+    record = dict(stages=[], notes=notes)
+    with parsed_config_file() as config_file:
+        started = time.monotonic()
+        winner = stage[0]
+        if len(stage) > 1:
+            progress(f"layout tuning: timing {len(stage)} candidates of this step "
+                     f"(budget {budget_seconds:.0f} s)")
+            rows = measure(stage, config_file, rounds, deadline, progress)
+            record["stages"].append(rows)
+            _report(rows, progress)
+            winner = Candidate(**fastest(rows)["candidate"])
+        second, more = second_stage(winner, hardware, pins, precision)
+        record["notes"] += more
+        spent = time.monotonic() - started
+        if len(second) > 1:
+            if len(stage) > 1 and time.monotonic() + spent * len(second) / len(stage) > deadline:
+                progress(f"layout tuning: thread and precision variants skipped (the first "
+                         f"stage took {spent:.0f} s of {budget_seconds:.0f})")
+            else:
+                rows = measure(second, config_file, rounds, deadline, progress)
+                record["stages"].append(rows)
+                _report(rows, progress)
+                winner = Candidate(**fastest(rows)["candidate"])
+    record["seconds"] = round(time.monotonic() - started, 1)
+    return winner, record
+
+
+def _report(rows: Sequence[dict], progress: Callable[[str], None]) -> None:
+    best = fastest(rows)["seconds_per_step"]
+    for row in rows:
+        if row["seconds_per_step"]:
+            progress(f"layout candidate {row['name']}: {row['seconds_per_step']:.3f} s/step "
+                     f"({best / row['seconds_per_step']:.2f} of the fastest; rounds "
+                     + " ".join(f"{t:.3f}" for t in row["rounds"]) + ")")
+
+
+def settle(settings, allow_measuring: bool = True,
+           progress: Callable[[str], None] = logging.info) -> Optional[layout_lib.Measured]:
+    """`auto`'s measured settings for the parsed gin config: from the cache, or measured
+    now (and cached) when tuning is allowed; None where the rules decide."""
+    pins = layout_lib.configured()
+    hardware = layout_lib.detect()
+    precision = pins.get("precision", "auto")
+    rule_precision = layout_lib.rule_precision(hardware)[0]
+    precision = rule_precision if precision == "auto" else precision
+    kind = settings.strategy.kind
+    key, facts = cache_key(hardware, step_shape(settings, precision))
+    mode = pins.get("tune", "auto")
+    if os.environ.get(TUNE_ENV) == "off":
+        mode = "off" if mode != "again" else mode
+    entry = cached(key)
+    if entry and mode != "again":
+        chosen = Candidate(**entry["choice"])
+        progress(f"layout: {chosen.name} from the cache {cache_path()} (key {key}, "
+                 f"measured {entry['date']})")
+        return chosen.measured("cache", entry.get("seconds_per_step"), precision)
+    why_not = ("a dry run measures nothing" if not allow_measuring else
+               "layout.tune='off'" if pins.get("tune") == "off" else
+               f"{TUNE_ENV}=off" if mode == "off" else
+               f"strategy.kind={kind!r} is not a one-process strategy"
+               if kind not in ONE_PROCESS_KINDS else
+               "TPUs compile every step anyway" if hardware.accelerator == "tpu" else None)
+    if why_not:
+        progress(f"layout: no measurement of this step on this machine (key {key}); the "
+                 f"rules decide ({why_not})")
+        return None
+    winner, record = tune(settings, hardware, pins, precision,
+                          float(pins.get("tune_seconds", 90.0)), progress=progress)
+    seconds = next((r["seconds_per_step"] for rows in record["stages"] for r in rows
+                    if Candidate(**r["candidate"]) == winner), None)
+    progress(f"layout tuning chose {winner.name} ({seconds or float('nan'):.3f} s/step) in "
+             f"{record['seconds']:.0f} s; cached in {cache_path()} (key {key})")
+    with _locked_cache() as entries:
+        entries[key] = dict(facts, choice=dataclasses.asdict(winner), seconds_per_step=seconds,
+                            date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), record=record)
+    return winner.measured("measured", seconds, precision)
+
+
+def restart_environment(measured: Optional[layout_lib.Measured]) -> Dict[str, str]:
+    """The variables this process lacks for its layout (empty: it has what it needs)."""
+    pins = layout_lib.configured()
+    hardware = layout_lib.detect()
+    wanted = layout_lib.environment(
+        hardware, onednn=pins.get("onednn", "auto"),
+        intra_op_threads=int(pins.get("intra_op_threads", 0)),
+        inter_op_threads=int(pins.get("inter_op_threads", 0)), measured=measured)
+    current = {layout_lib.ONEDNN_ENV: None}
+    onednn = layout_lib.onednn_in_effect(hardware)
+    if onednn is not None:
+        current[layout_lib.ONEDNN_ENV] = "1" if onednn else "0"
+    for name, value in zip(layout_lib.THREAD_ENV, layout_lib.threads_in_effect()):
+        current[name] = str(value) if value else None
+    return {k: v for k, v in wanted.items() if current.get(k) != v}
