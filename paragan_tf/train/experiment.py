@@ -134,11 +134,13 @@ class Experiment:
 
 
 def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = True,
-          settings: Optional[Settings] = None) -> Experiment:
+          settings: Optional[Settings] = None,
+          measured: Optional[layout_lib.Measured] = None) -> Experiment:
     """Builds the run described by `settings` (default: read from the current gin config).
     Raises ConfigError on bad settings.
 
-    check_data=False skips the check that the data is present (dry runs).
+    check_data=False skips the check that the data is present (dry runs). `measured`:
+    the layout train/layout_tuning.py measured for this step (None: the rules decide).
     """
     settings = settings or Settings.read()
     config, data, input_config = settings.train, settings.data, settings.inputs
@@ -166,7 +168,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         # servers that is a second round trip per block, and it is untested there.
         raise ConfigError("train.recompute=True is not supported under "
                           "strategy.kind='parameter_server'; use a synchronous strategy")
-    layout = layout_lib.choose(layout_lib.detect(strategy), strategy)
+    layout = layout_lib.choose(layout_lib.detect(strategy), strategy, measured=measured)
     if penalties.input_gradients and layout.precision == "mixed_float16":
         raise ConfigError("penalties.r1_gamma/r2_gamma with layout.precision='mixed_float16': "
                           "their second backward pass overflows float16 without loss scaling; "
