@@ -20,6 +20,7 @@ import time
 from typing import Callable, Sequence
 
 from paragan_tf import layout as layout_lib
+from paragan_tf import layout_cache
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import layout_tuning
@@ -83,7 +84,7 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
         "auto_vs_rule_speedup": (rule_row["seconds_per_step"] / auto_row["seconds_per_step"]
                                  if auto_row["seconds_per_step"] and
                                  rule_row["seconds_per_step"] else None),
-        "cache": layout_tuning.cache_path(),
+        "cache": layout_cache.path(),
         "hardware": hardware.signature(),
     }
 

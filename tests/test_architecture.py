@@ -12,7 +12,7 @@ from conftest import REPO
 # Lowest first; a module may import from its own layer and the ones before it.
 LAYERS = [
     {"paragan_tf", "paragan_tf.config", "paragan_tf.errors", "paragan_tf.files",
-     "paragan_tf.layout", "paragan_tf.tfgan_compat"},
+     "paragan_tf.layout", "paragan_tf.layout_cache", "paragan_tf.tfgan_compat"},
     {"paragan_tf.scale", "paragan_tf.distribute", "paragan_tf.data"},
     {"paragan_tf.models"},
     {"paragan_tf.objective"},

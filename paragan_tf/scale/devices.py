@@ -29,9 +29,12 @@ and our FLOP counter, and checks them on the other runs):
                   of their much higher peak); plans say so
   tpu, bfloat16   ParaGAN: BigGAN-128 on 1,024 TPU v3 cores in 14 hours, read as
                   the BigGAN-PyTorch schedule (150k iterations of 2,048 images)
-  cpu             this machine's measured MFU (bin/bench.py --suite=step) on the
-                  32x32 CIFAR BigGAN: 0.876 float32, 0.776 bfloat16 (AMD Zen 4, 2
-                  cores, 2026-11-25; docs/benchmarks.md)
+  cpu             this machine's own: the FLOP/s its tuned layout reached on the
+                  newest step measured here (the layout cache, paragan_tf/layout_cache.py:
+                  bin/train.py's first run of a step shape, or bin/bench.py
+                  --suite=layout), over its theoretical peak at that precision; none
+                  until a step has been measured, and the plan says so (a gin value,
+                  catalogue.efficiency = {'cpu/float32': ...}, takes precedence)
 
 Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`) or
 pass a custom device on bin/plan.py's command line.
@@ -44,6 +47,8 @@ from typing import Dict, Optional, Tuple
 
 import gin
 
+from paragan_tf import layout as layout_lib
+from paragan_tf import layout_cache
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import cpu_peak
 
@@ -106,8 +111,7 @@ CATALOGUE: Dict[str, Device] = {d.name: d for d in (
 # module doc for where each comes from (tests/test_plan.py re-derives gpu and tpu).
 EFFICIENCY = {("gpu", "float32"): 0.64, ("gpu", "mixed_bfloat16"): 0.64,
               ("gpu", "mixed_float16"): 0.64, ("tpu", "mixed_bfloat16"): 0.037,
-              ("tpu", "float32"): 0.037, ("cpu", "float32"): 0.876,
-              ("cpu", "mixed_bfloat16"): 0.776}
+              ("tpu", "float32"): 0.037}
 
 
 # What each calibration does not cover, printed with every plan that leans on it.
@@ -139,6 +143,29 @@ def this_cpu() -> Device:
                   f"{peak['clock_ghz']:.2f} GHz ({peak['clock_source']}), {peak['isa_row']}")
 
 
+def this_cpu_efficiency(precision: str) -> Tuple[float, str]:
+    """(fraction of this machine's theoretical peak, where it comes from) of the newest
+    step measured here at `precision` by the layout tuner; ConfigError when none was."""
+    entries = [e for e in layout_cache.entries_for(layout_lib.detect().signature())
+               if e.get("train_step_flops") and e.get("seconds_per_step") and
+               (e["choice"].get("precision") or e["step"]["precision"]) == precision]
+    if not entries:
+        raise ConfigError(f"this_cpu has no measured step at {precision} yet: bin/train.py "
+                          f"measures its layout on its first run here (or bin/bench.py "
+                          f"--suite=layout); until then give catalogue.efficiency = "
+                          f"{{'cpu/{precision}': ...}}")
+    newest = entries[0]
+    peak = cpu_peak.theoretical_peak()
+    ceiling = peak["bf16_gflops" if precision == "mixed_bfloat16" else "fp32_gflops"] or 0.0
+    if not ceiling:
+        raise ConfigError(f"this_cpu: no theoretical peak known at {precision}")
+    achieved = newest["train_step_flops"] / newest["seconds_per_step"] / 1e9
+    step = newest["step"]
+    return achieved / ceiling, (f"measured here {newest['date']}: {achieved:.1f} of "
+                                f"{ceiling:.1f} GFLOP/s on a {step['resolution']} px step of "
+                                f"batch {step['batch_size']} ({layout_cache.path()})")
+
+
 def detected(accelerator: str) -> Optional[Device]:
     """The catalogue row of this process's hardware: this_cpu, a known GPU, else None."""
     if accelerator == "cpu":
@@ -168,6 +195,8 @@ class Catalogue:
         return self.devices[name]
 
     def efficiency(self, device: Device, precision: str) -> float:
+        if device.name == "this_cpu" and (device.family, precision) not in self.efficiencies:
+            return this_cpu_efficiency(precision)[0]
         try:
             return self.efficiencies[(device.family, precision)]
         except KeyError:

@@ -46,7 +46,14 @@ def main(argv) -> None:
         start = time.perf_counter()
         trainer.train(1)
         warmup.append(time.perf_counter() - start)
-    _say(ready=True, warmup_seconds=warmup, layout=exp.layout.as_dict())
+    flops = None
+    if os.environ.get("PARAGAN_TF_PROBE_FLOPS") == "1":  # one probe counts for all
+        from paragan_tf.scale import flops as flops_lib  # pylint: disable=import-outside-toplevel
+        cfg, replicas = exp.config, exp.strategy.num_replicas_in_sync
+        count = flops_lib.forward(exp.generator, exp.discriminator, cfg.batch_size // replicas)
+        flops = count.train_step(cfg.d_steps, cfg.accumulation) * replicas
+    _say(ready=True, warmup_seconds=warmup, layout=exp.layout.as_dict(),
+         train_step_flops=flops)
     while True:
         command = sys.stdin.readline().strip()
         if command in ("quit", ""):

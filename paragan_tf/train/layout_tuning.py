@@ -14,9 +14,8 @@ bfloat16 (the rule stands unless bfloat16 is timed slower). The whole tuning kee
 to `layout.tune_seconds` (90 s by default): a stage that would not fit is skipped,
 and the log says so. One line per candidate and one for the choice go to the log.
 
-The result is kept in a readable JSON cache (PARAGAN_TF_LAYOUT_CACHE, default
-~/.cache/paragan_tf/layouts.json), keyed by the hardware signature, TensorFlow's
-version and the step's shape; `layout.tune='auto'` measures only when the key has
+The result is kept in a readable JSON cache (paragan_tf/layout_cache.py), keyed by
+the hardware signature, TensorFlow's version and the step's shape; `layout.tune='auto'` measures only when the key has
 no entry, 'again' re-measures, 'off' uses the cache or the rules.
 
 Tuning runs for one-process strategies only: every worker of a multi-worker job
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
@@ -44,6 +42,7 @@ import gin
 import tensorflow as tf
 
 from paragan_tf import layout as layout_lib
+from paragan_tf import layout_cache
 from paragan_tf.errors import ConfigError
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
@@ -91,13 +90,6 @@ class Candidate:
             source=source, seconds_per_step=seconds)
 
 
-def cache_path() -> str:
-    default = os.path.join(os.environ.get("XDG_CACHE_HOME") or
-                           os.path.join(os.path.expanduser("~"), ".cache"),
-                           "paragan_tf", "layouts.json")
-    return os.environ.get("PARAGAN_TF_LAYOUT_CACHE") or default
-
-
 def _bound(selector: str, default):
     try:
         return gin.query_parameter(selector)
@@ -126,31 +118,8 @@ def cache_key(hardware: layout_lib.Hardware, shape: Dict[str, object]) -> Tuple[
     return hashlib.sha256(text.encode()).hexdigest()[:16], facts
 
 
-@contextlib.contextmanager
-def _locked_cache():
-    """The cache's entries, locked against other processes; written back on exit."""
-    path = cache_path()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        entries = {}
-        if os.path.exists(path):
-            try:
-                with open(path) as f:
-                    entries = json.load(f)
-            except (OSError, ValueError) as e:
-                logging.warning("layout cache %s unreadable (%s); measuring anew", path, e)
-        before = json.dumps(entries, sort_keys=True)
-        yield entries
-        if json.dumps(entries, sort_keys=True) != before:
-            tmp = path + f".tmp{os.getpid()}"
-            with open(tmp, "w") as f:
-                json.dump(entries, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
-
-
 def cached(key: str) -> Optional[dict]:
-    with _locked_cache() as entries:
+    with layout_cache.locked() as entries:
         return entries.get(key)
 
 
@@ -222,9 +191,11 @@ def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[st
 class _Probe:
     """A child process holding one candidate's built and compiled step."""
 
-    def __init__(self, candidate: Candidate, config_file: str, extra: Sequence[str]):
+    def __init__(self, candidate: Candidate, config_file: str, extra: Sequence[str],
+                 count_flops: bool = False):
         self.candidate = candidate
-        env = dict(os.environ, **candidate.environment(), **{TUNE_ENV: "off"})
+        env = dict(os.environ, **candidate.environment(), **{TUNE_ENV: "off"},
+                   PARAGAN_TF_PROBE_FLOPS="1" if count_flops else "0")
         bindings = [f"layout.xla = '{'on' if candidate.xla else 'off'}'",
                     f"layout.precision = '{candidate.precision}'",
                     "layout.tune = 'off'", *extra]
@@ -259,7 +230,7 @@ def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline:
             progress: Callable[[str], None], extra: Sequence[str] = ()) -> List[dict]:
     """Each candidate's step seconds over interleaved rounds (as many as `deadline` allows,
     at least one, at most `rounds`): a row per candidate."""
-    probes = [_Probe(c, config_file, extra) for c in stage]
+    probes = [_Probe(c, config_file, extra, count_flops=i == 0) for i, c in enumerate(stage)]
     rows = []
     try:
         started = time.monotonic()
@@ -291,6 +262,7 @@ def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline:
                              seconds_per_step=statistics.median(per_step) if per_step else None,
                              rounds=per_step, steps_per_timing=steps,
                              startup_seconds=round(startup, 1),
+                             train_step_flops=probe.ready.get("train_step_flops"),
                              error=probe.ready.get("error")))
     finally:
         for probe in probes:
@@ -373,7 +345,7 @@ def settle(settings, allow_measuring: bool = True,
     entry = cached(key)
     if entry and mode != "again":
         chosen = Candidate(**entry["choice"])
-        progress(f"layout: {chosen.name} from the cache {cache_path()} (key {key}, "
+        progress(f"layout: {chosen.name} from the cache {layout_cache.path()} (key {key}, "
                  f"measured {entry['date']})")
         return chosen.measured("cache", entry.get("seconds_per_step"), precision)
     why_not = ("a dry run measures nothing" if not allow_measuring else
@@ -388,12 +360,15 @@ def settle(settings, allow_measuring: bool = True,
         return None
     winner, record = tune(settings, hardware, pins, precision,
                           float(pins.get("tune_seconds", 90.0)), progress=progress)
-    seconds = next((r["seconds_per_step"] for rows in record["stages"] for r in rows
+    rows = [r for stage in record["stages"] for r in stage]
+    seconds = next((r["seconds_per_step"] for r in rows
                     if Candidate(**r["candidate"]) == winner), None)
+    flops = next((r["train_step_flops"] for r in rows if r.get("train_step_flops")), None)
     progress(f"layout tuning chose {winner.name} ({seconds or float('nan'):.3f} s/step) in "
-             f"{record['seconds']:.0f} s; cached in {cache_path()} (key {key})")
-    with _locked_cache() as entries:
+             f"{record['seconds']:.0f} s; cached in {layout_cache.path()} (key {key})")
+    with layout_cache.locked() as entries:
         entries[key] = dict(facts, choice=dataclasses.asdict(winner), seconds_per_step=seconds,
+                            train_step_flops=flops,
                             date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), record=record)
     return winner.measured("measured", seconds, precision)
 
