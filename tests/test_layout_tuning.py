@@ -83,7 +83,7 @@ def test_second_stage_tries_threads_and_float32_against_the_winner():
 
 def _fake_measure(seconds_of, calls):
     """A measure() that times nothing: seconds per step from `seconds_of(candidate)`."""
-    def measure(stage, config_file, rounds, deadline, progress, extra=()):
+    def measure(stage, config_file, rounds, deadline, progress):
         assert os.path.exists(config_file)  # the children would parse it
         calls.append(list(stage))
         return [dict(candidate=dataclasses.asdict(c), name=c.name,

@@ -30,6 +30,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import select
 import statistics
 import subprocess
 import sys
@@ -161,15 +162,14 @@ def _pinned_threads(pins, env_pins) -> Tuple[int, int]:
 
 
 def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) -> Candidate:
-    """Of the first stage, what the rules alone give: XLA on accelerators only (where it
-    is a candidate), TensorFlow's default oneDNN, the stage's thread counts."""
-    xla = hardware.accelerator in ("gpu", "tpu") and any(c.xla for c in stage)
-    if all(c.xla for c in stage):
-        xla = True
+    """Of the first stage, the one the rules alone give (what `auto` was before it
+    measured): XLA on accelerators only, TensorFlow's default oneDNN, where each is a
+    candidate; otherwise what the stage pins."""
+    xla = hardware.accelerator in ("gpu", "tpu")
     onednn = layout_lib.onednn_default(hardware)
-    if all(c.onednn != onednn for c in stage):
-        onednn = stage[0].onednn
-    return dataclasses.replace(stage[0], xla=xla, onednn=onednn)
+    return dataclasses.replace(
+        stage[0], xla=xla if any(c.xla == xla for c in stage) else stage[0].xla,
+        onednn=onednn if any(c.onednn == onednn for c in stage) else stage[0].onednn)
 
 
 def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[str, object],
@@ -191,30 +191,41 @@ def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[st
 class _Probe:
     """A child process holding one candidate's built and compiled step."""
 
-    def __init__(self, candidate: Candidate, config_file: str, extra: Sequence[str],
-                 count_flops: bool = False):
+    def __init__(self, candidate: Candidate, config_file: str, count_flops: bool = False):
         self.candidate = candidate
-        env = dict(os.environ, **candidate.environment(), **{TUNE_ENV: "off"},
-                   PARAGAN_TF_PROBE_FLOPS="1" if count_flops else "0")
+        # The candidate's process settings alone (it carries the user's pins), not this
+        # process's, which may come from an earlier choice.
+        env = {k: v for k, v in os.environ.items()
+               if k not in (layout_lib.ONEDNN_ENV,) + layout_lib.THREAD_ENV}
+        env.update(candidate.environment(), PARAGAN_TF_PROBE_FLOPS=str(int(count_flops)),
+                   **{TUNE_ENV: "off"})
         bindings = [f"layout.xla = '{'on' if candidate.xla else 'off'}'",
                     f"layout.precision = '{candidate.precision}'",
-                    "layout.tune = 'off'", *extra]
+                    "layout.tune = 'off'"]
         self.process = subprocess.Popen(
             [sys.executable, "-m", "paragan_tf.train.layout_probe", config_file, *bindings],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, text=True)
         self.ready: Optional[dict] = None
 
-    def read(self) -> dict:
-        line = self.process.stdout.readline()
+    def read(self, timeout: float = STARTUP_TIMEOUT) -> dict:
+        """The child's next JSON line; an error when it exits or stays silent `timeout` s."""
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        line = self.process.stdout.readline() if ready else None
+        if line is None:
+            self.process.kill()
+            return dict(error=f"no answer in {timeout:.0f} s")
         if not line:
             return dict(error=f"exited with code {self.process.wait()}")
         return json.loads(line)
 
-    def time_steps(self, steps: int) -> dict:
-        self.process.stdin.write(f"{steps}\n")
-        self.process.stdin.flush()
-        return self.read()
+    def time_steps(self, steps: int, timeout: float) -> dict:
+        try:
+            self.process.stdin.write(f"{steps}\n")
+            self.process.stdin.flush()
+        except OSError as e:
+            return dict(error=f"its input closed ({e})")
+        return self.read(timeout)
 
     def close(self) -> None:
         with contextlib.suppress(OSError, ValueError):
@@ -227,10 +238,10 @@ class _Probe:
 
 
 def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline: float,
-            progress: Callable[[str], None], extra: Sequence[str] = ()) -> List[dict]:
+            progress: Callable[[str], None]) -> List[dict]:
     """Each candidate's step seconds over interleaved rounds (as many as `deadline` allows,
     at least one, at most `rounds`): a row per candidate."""
-    probes = [_Probe(c, config_file, extra, count_flops=i == 0) for i, c in enumerate(stage)]
+    probes = [_Probe(c, config_file, count_flops=i == 0) for i, c in enumerate(stage)]
     rows = []
     try:
         started = time.monotonic()
@@ -251,10 +262,16 @@ def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline:
             if index and time.monotonic() + len(live) * steps * warm > deadline:
                 progress(f"layout tuning: {index} round(s) of {rounds} fit the time budget")
                 break
-            for probe in live:
-                answer = probe.time_steps(steps)
+            for probe in list(live):
+                answer = probe.time_steps(steps, timeout=60 + 20 * steps * warm)
                 if "seconds" in answer:
                     times[probe.candidate.name].append(answer["seconds"] / answer["steps"])
+                else:  # it died or hung mid-way: its earlier timings do not count either
+                    progress(f"layout candidate {probe.candidate.name}: failed "
+                             f"({answer.get('error')}); not chosen")
+                    probe.ready = answer
+                    times[probe.candidate.name] = []
+                    live.remove(probe)
         for probe in probes:
             name = probe.candidate.name
             per_step = times.get(name) or []
@@ -281,6 +298,9 @@ def parsed_config_file():
 
 def fastest(rows: Sequence[dict]) -> dict:
     timed = [r for r in rows if r["seconds_per_step"]]
+    if not timed:
+        raise ConfigError("layout tuning: no candidate finished a timing: " + "; ".join(
+            f"{r['name']}: {r['error']}" for r in rows))
     return min(timed, key=lambda r: r["seconds_per_step"])
 
 
