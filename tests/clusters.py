@@ -1,6 +1,9 @@
-"""Multi-process runs on 127.0.0.1 for the tests: bin/launch_local.py in the background.
+"""Multi-process runs on 127.0.0.1 for the tests: bin/launch_local.py in the background,
+and waiting on any process of a test without a fixed deadline.
 
-Used by tests/e2e/test_scale_out.py and tests/test_async_loop.py.
+Launch is used by tests/e2e/test_scale_out.py and tests/test_async_loop.py; the waits
+(run_binary, run_while_progressing, wait_while_progressing) also by tests/test_model_dir.py,
+tests/test_records.py, tests/e2e/test_binaries.py and tests/e2e/test_crash_resume.py.
 
 No wait here has a fixed deadline for training to get somewhere: a slow or loaded
 machine trains slowly, not wrongly. A wait goes on as long as the run keeps printing
@@ -17,8 +20,9 @@ import json
 import os
 import re
 import subprocess
+import tempfile
 import time
-from typing import Callable, Optional, TypeVar
+from typing import Callable, List, Optional, TypeVar
 
 from conftest import PYTHON, REPO, relative
 
@@ -32,28 +36,62 @@ T = TypeVar("T")
 
 
 def wait_while_progressing(done: Callable[[], Optional[T]], output: Callable[[], str],
-                           what: str, stall_floor: Callable[[], float] = lambda: STALL_FLOOR
-                           ) -> T:
-    """Polls `done()` until it returns something other than None and returns that. Raises
-    AssertionError once `output()` has not grown for the stall limit (module docstring;
-    `stall_floor()` is asked each time, for a run that announces a long silence)."""
-    began = last_change = time.monotonic()
+                           what: str, stall_floor: Callable[[], float] = lambda: STALL_FLOOR,
+                           poll: float = 0.3) -> T:
+    """Polls `done()` every `poll` seconds until it returns something other than None and
+    returns that. Raises AssertionError once `output()` (read every 0.3 s at most) has not
+    grown for the stall limit (module docstring; `stall_floor()` is asked each time, for a
+    run that announces a long silence)."""
+    began = last_change = checked = time.monotonic()
     size, longest_pause = len(output()), 0.0
     while True:
         result = done()
         if result is not None:
             return result
-        now, grown = time.monotonic(), len(output())
-        if grown != size:
-            longest_pause = max(longest_pause, now - last_change)
-            size, last_change = grown, now
-        limit = max(stall_floor(), STALL_FACTOR * longest_pause)
-        if now - last_change > limit or now - began > HARD_CAP:
-            raise AssertionError(
-                f"{what}: no new output for {now - last_change:.0f} s (stall limit "
-                f"{limit:.0f} s; longest pause before {longest_pause:.1f} s), "
-                f"{now - began:.0f} s in all:\n{output()[-4000:]}")
-        time.sleep(0.3)
+        now = time.monotonic()
+        if now - checked >= 0.3:
+            checked, grown = now, len(output())
+            if grown != size:
+                longest_pause = max(longest_pause, now - last_change)
+                size, last_change = grown, now
+            limit = max(stall_floor(), STALL_FACTOR * longest_pause)
+            if now - last_change > limit or now - began > HARD_CAP:
+                raise AssertionError(
+                    f"{what}: no new output for {now - last_change:.0f} s (stall limit "
+                    f"{limit:.0f} s; longest pause before {longest_pause:.1f} s), "
+                    f"{now - began:.0f} s in all:\n{output()[-4000:]}")
+        time.sleep(poll)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def run_while_progressing(argv: List[str], env=None, cwd: str = REPO
+                          ) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, capture_output=True, text=True) without a deadline: waits while
+    the process prints (on stdout or stderr); on a stall it is killed and AssertionError
+    raised."""
+    with tempfile.TemporaryDirectory() as folder:
+        out_path, err_path = os.path.join(folder, "out"), os.path.join(folder, "err")
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=err, text=True)
+        try:
+            code = wait_while_progressing(
+                proc.poll, lambda: _read(out_path) + _read(err_path), " ".join(argv[1:3]))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return subprocess.CompletedProcess(argv, code, _read(out_path), _read(err_path))
+
+
+def run_binary(script: str, *args: str, env=None) -> subprocess.CompletedProcess:
+    """conftest.run_binary (bin/<script> from the repository root), waiting while it makes
+    progress instead of up to a fixed timeout."""
+    return run_while_progressing([PYTHON, os.path.join(REPO, "bin", script), *args],
+                                 env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
 
 
 class Launch:

@@ -14,7 +14,9 @@ import time
 import pytest
 import tensorflow as tf
 
-from conftest import PYTHON, REPO, run_binary
+import clusters
+from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
+from conftest import PYTHON, REPO
 
 TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
 
@@ -23,32 +25,37 @@ def _error_lines(stderr: str):
     return [line for line in stderr.splitlines() if "error:" in line]
 
 
-def _start(model_dir, *bindings):
-    return subprocess.Popen(
-        [PYTHON, "bin/train.py", f"--model_dir={model_dir}", *TINY,
-         *[f"--gin_bindings={b}" for b in bindings]], cwd=REPO, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+def _start(model_dir, log_path, *bindings):
+    with open(log_path, "w") as log:
+        return subprocess.Popen(
+            [PYTHON, "bin/train.py", f"--model_dir={model_dir}", *TINY,
+             *[f"--gin_bindings={b}" for b in bindings]], cwd=REPO, stdout=log,
+            stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 
 
-def _wait_for(proc, text: str, timeout: float = 120) -> str:
-    seen = []
-    deadline = time.monotonic() + timeout
-    for line in proc.stdout:
-        seen.append(line)
-        if text in line:
-            return "".join(seen)
-        if time.monotonic() > deadline:
-            break
-    raise AssertionError(f"no {text!r} in:\n{''.join(seen)[-3000:]}")
+def _wait_for(proc, log_path, text: str) -> str:
+    """The output up to `text`, waiting while the run prints (no fixed deadline: a slow
+    machine starts slowly; clusters.wait_while_progressing)."""
+    def output():
+        with open(log_path) as f:
+            return f.read()
+
+    def found():
+        running = proc.poll() is None  # first: an ended run's output is complete
+        return True if text in output() else (None if running else False)
+    if not clusters.wait_while_progressing(found, output, f"waiting for {text!r}"):
+        raise AssertionError(f"no {text!r} in:\n{output()[-3000:]}")
+    return output()
 
 
 def test_a_second_run_on_a_model_dir_is_refused_and_a_dead_ones_lock_taken_over(tmp_path):
     model_dir = tmp_path / "run"
-    first = _start(model_dir, "train.total_steps=100000", "train.log_every=5",
+    log = tmp_path / "first.log"
+    first = _start(model_dir, log, "train.total_steps=100000", "train.log_every=5",
                    "train.checkpoint_every=100000")
     try:
-        _wait_for(first, "training mnist5k")  # the lock is taken before that line
-        second = run_binary("train.py", f"--model_dir={model_dir}", *TINY, timeout=120)
+        _wait_for(first, log, "training mnist5k")  # the lock is taken before that line
+        second = run_binary("train.py", f"--model_dir={model_dir}", *TINY)
         assert second.returncode == 2, second.stderr[-2000:]
         errors = _error_lines(second.stderr)
         assert len(errors) == 1 and "Traceback" not in second.stderr, second.stderr[-2000:]
@@ -58,7 +65,7 @@ def test_a_second_run_on_a_model_dir_is_refused_and_a_dead_ones_lock_taken_over(
         first.send_signal(signal.SIGKILL)  # dies holding the lock
         first.wait()
     third = run_binary("train.py", f"--model_dir={model_dir}", *TINY,
-                       "--gin_bindings=train.total_steps=2", timeout=180)
+                       "--gin_bindings=train.total_steps=2")
     assert third.returncode == 0, third.stderr[-3000:]
     assert f"taking over the lock left by pid {first.pid}" in third.stderr
     assert "no longer running" in third.stderr
@@ -70,7 +77,7 @@ def test_a_model_dir_that_is_a_file_is_one_line_before_anything_is_built(tmp_pat
     path = tmp_path / "not_a_folder"
     path.write_text("x")
     started = time.monotonic()
-    out = run_binary("train.py", f"--model_dir={path}", *TINY, timeout=120)
+    out = run_binary("train.py", f"--model_dir={path}", *TINY)
     assert out.returncode == 2
     assert _error_lines(out.stderr) == [
         f"train.py: error: --model_dir={path} is a file, not a folder; name a folder (it is "
@@ -99,8 +106,7 @@ def small_disk(tmp_path):
 def test_a_full_disk_is_one_line_and_the_previous_checkpoint_stays_loadable(small_disk):
     model_dir = small_disk / "run"
     out = run_binary("train.py", f"--model_dir={model_dir}", *TINY,
-                     "--gin_bindings=train.total_steps=6", "--gin_bindings=train.max_to_keep=5",
-                     timeout=180)
+                     "--gin_bindings=train.total_steps=6", "--gin_bindings=train.max_to_keep=5")
     print(out.stderr[-1500:])
     assert out.returncode == 1, out.stderr[-3000:]
     errors = _error_lines(out.stderr)

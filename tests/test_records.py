@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 import zipfile
 
 import gin
@@ -16,6 +15,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
+import clusters
 from conftest import PYTHON, REPO
 from tiny_tfds import TinyDigits
 from benchmarks import data as data_bench
@@ -269,19 +269,26 @@ def test_an_interrupted_prepare_resumes_to_the_same_shards(tmp_path):
     prepare.prepare(prepare.Options(str(tmp_path / "src"), str(tmp_path / "straight"), 32,
                                     images_per_shard=4, workers=1), log=lambda _: None)
     # Killed (the whole process group, no clean-up) once two shards are done.
-    proc = subprocess.Popen(_prepare_command(tmp_path / "src", tmp_path / "cut"),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    log = tmp_path / "cut.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(_prepare_command(tmp_path / "src", tmp_path / "cut"),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     work = tmp_path / "cut" / ".prepare"
-    deadline = time.time() + 120
-    while time.time() < deadline and not (
-            work.is_dir() and sum(f.endswith(".tfrecord.json") for f in os.listdir(work)) >= 2):
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+
+    def shards_done():
+        return sum(f.endswith(".tfrecord.json") for f in os.listdir(work)) if work.is_dir() else 0
+
+    # No deadline: wait while it prints or writes shards (clusters.wait_while_progressing).
+    try:
+        clusters.wait_while_progressing(
+            lambda: True if shards_done() >= 2 or proc.poll() is not None else None,
+            lambda: log.read_text() + "\n" * shards_done(), "the prepare run", poll=0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
     assert not (tmp_path / "cut" / records.MANIFEST).exists(), "finished before the kill"
-    resumed = subprocess.run(_prepare_command(tmp_path / "src", tmp_path / "cut"),
-                             capture_output=True, text=True, timeout=300)
+    resumed = clusters.run_while_progressing(_prepare_command(tmp_path / "src",
+                                                              tmp_path / "cut"))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resuming:" in resumed.stdout and "of 30 shards were already written" in \
         resumed.stdout

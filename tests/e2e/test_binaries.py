@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import PYTHON, REPO, run_binary
+import clusters
+from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
+from conftest import PYTHON, REPO
 
 pytestmark = pytest.mark.slow
 
@@ -120,10 +122,24 @@ def test_bad_input_exits_non_zero_with_one_line_naming_the_setting(tmp_path):
         environ = {k: v for k, v in os.environ.items()
                    if not k.startswith("SLURM_") and k != "TF_CONFIG"}
         environ.update(*env)
-        procs[name] = subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True, env=environ)
+        with open(tmp_path / f"{name.replace(' ', '_')}.err", "w") as err:
+            procs[name] = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL,
+                                           stderr=err, text=True, env=environ)
+
+    def stderr_of(name):
+        return (tmp_path / f"{name.replace(' ', '_')}.err").read_text()
+    # Eleven processes on however many cores: no deadline, as long as they keep printing.
+    try:
+        clusters.wait_while_progressing(
+            lambda: True if all(p.poll() is not None for p in procs.values()) else None,
+            lambda: "".join(stderr_of(name) for name in procs), "the bad-input runs")
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     for name, proc in procs.items():
-        _, stderr = proc.communicate(timeout=180)
+        stderr = stderr_of(name)
         lines = [line for line in stderr.splitlines() if line.strip()]
         assert proc.returncode == 2, (name, stderr[-2000:])
         assert lines[-1].startswith("train.py: error: "), (name, lines[-1])
@@ -186,8 +202,7 @@ def test_1024px_config_trains_two_steps_with_recompute(tmp_path):
         "--gin_bindings=train.accumulation=1", "--gin_bindings=train.total_steps=2",
         "--gin_bindings=train.steps_per_loop=1", "--gin_bindings=train.log_every=1",
         "--gin_bindings=train.checkpoint_every=2", "--gin_bindings=train.sample_every=2",
-        "--gin_bindings=train.ema_start_step=0", "--gin_bindings=dataset.shuffle_buffer=8",
-        timeout=600)
+        "--gin_bindings=train.ema_start_step=0", "--gin_bindings=dataset.shuffle_buffer=8")
     assert result.returncode == 0, result.stderr[-3000:]
     with open(os.path.join(model_dir, "operative_config.gin")) as f:
         operative = f.read()

@@ -15,6 +15,7 @@ import gin
 import pytest
 import tensorflow as tf
 
+import clusters
 from conftest import PYTHON, REPO
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
@@ -37,12 +38,25 @@ def _newest_step(model_dir: str) -> int:
     return int(path.rsplit("-", 1)[1]) if path else 0
 
 
-def _wait_for(condition, proc, timeout=180.0, poll=0.0005):
-    deadline = time.time() + timeout
-    while not condition():
+def _wait_for(condition, proc, log_path, poll=0.0005):
+    """Until condition(), while the run keeps printing (a line a step): no fixed deadline."""
+    def met():
+        if condition():
+            return True
         assert proc.poll() is None, "the run ended before it could be killed"
-        assert time.time() < deadline, "timed out waiting for the run"
-        time.sleep(poll)
+        return None
+    clusters.wait_while_progressing(met, lambda: _read(log_path), "waiting for the run",
+                                    poll=poll)
+
+
+def _read(path) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _finish(proc, log_path) -> int:
+    """The run's exit code, waiting while it keeps printing."""
+    return clusters.wait_while_progressing(proc.poll, lambda: _read(log_path), "the run")
 
 
 def _digest_of(checkpoint: str, tiny_gin) -> str:
@@ -56,7 +70,7 @@ def _digest_of(checkpoint: str, tiny_gin) -> str:
 @pytest.mark.slow
 def test_sigkill_anywhere_then_relaunch_resumes_exactly(tmp_path, tiny_gin):
     reference = _launch(str(tmp_path / "straight"), str(tmp_path / "straight.log"))
-    assert reference.wait(timeout=300) == 0
+    assert _finish(reference, tmp_path / "straight.log") == 0
     final = re.findall(r"final weights digest (\w+)", (tmp_path / "straight.log").read_text())
 
     model_dir = str(tmp_path / "crashed")
@@ -67,10 +81,10 @@ def test_sigkill_anywhere_then_relaunch_resumes_exactly(tmp_path, tiny_gin):
         proc = _launch(model_dir, log)
         begun = _newest_step(model_dir)
         # Let the relaunched run write a checkpoint of its own first.
-        _wait_for(lambda: _newest_step(model_dir) > begun, proc)
+        _wait_for(lambda: _newest_step(model_dir) > begun, proc, log)
         if attempt == 0:
             # In the middle of a save: TensorFlow writes into ckpt-N_temp first.
-            _wait_for(lambda: any("_temp" in f for f in os.listdir(model_dir)), proc)
+            _wait_for(lambda: any("_temp" in f for f in os.listdir(model_dir)), proc, log)
             moment = "during a save"
         else:
             delay = rng.uniform(0.0, 1.5)
@@ -86,7 +100,7 @@ def test_sigkill_anywhere_then_relaunch_resumes_exactly(tmp_path, tiny_gin):
     assert kills and kills[0][2], "the first kill should land inside a checkpoint save"
 
     last = str(tmp_path / "last.log")
-    assert _launch(model_dir, last).wait(timeout=300) == 0
+    assert _finish(_launch(model_dir, last), last) == 0
     logs = [(tmp_path / f"attempt{i}.log").read_text() for i in range(1, len(kills))]
     logs.append(open(last).read())
     previous = 0
