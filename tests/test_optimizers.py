@@ -1,10 +1,11 @@
 """The optimizers (train/optimizers.py): the asymmetric policy's per-network rates, schedules and
-batch-size scaling."""
+batch-size scaling, and the loss-scale wrappers of mixed_float16."""
 
 from __future__ import annotations
 
 import math
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -61,3 +62,45 @@ def test_policy_mistakes_are_config_errors(tiny_gin):
         tiny_gin(binding)
         with pytest.raises(ConfigError, match=match):
             experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
+
+
+def test_only_float16_wraps_each_optimizer_in_its_own_dynamic_loss_scale(tiny_gin, policy):
+    import tf_keras as keras
+    tiny_gin("D/optimizer.loss_scale_growth_steps = 7", "G/optimizer.initial_loss_scale = 64.0")
+    for precision in ("float32", "mixed_bfloat16"):  # unchanged: the plain optimizers
+        policy(precision)
+        g, d = optimizers.make_optimizers(8)
+        assert isinstance(g, keras.optimizers.Adam) and isinstance(d, keras.optimizers.Adam)
+        assert optimizers.loss_scaler(g) is None and optimizers.loss_scaler(d) is None
+    policy("mixed_float16")
+    g, d = optimizers.make_optimizers(8)
+    assert optimizers.loss_scaler(g) is g and optimizers.loss_scaler(d) is d
+    assert isinstance(g.inner_optimizer, keras.optimizers.Adam) and g.dynamic and d.dynamic
+    assert (g.initial_scale, g.dynamic_growth_steps) == (64.0, 2000)
+    assert (d.initial_scale, d.dynamic_growth_steps) == (2.0 ** 15, 7)  # tf_keras' defaults
+    assert g.inner_optimizer.learning_rate.numpy() == pytest.approx(2e-4)
+
+
+def test_float16_is_refused_by_name_where_tf_keras_cannot_scale_losses(tiny_gin, policy,
+                                                                        monkeypatch):
+    policy("mixed_float16")
+    tiny_gin()
+    central = tf.distribute.experimental.CentralStorageStrategy(["/cpu:0", "/cpu:1"])
+    with central.scope():
+        with pytest.raises(ConfigError, match=r"layout.precision='mixed_float16' is not "
+                           r"available under CentralStorageStrategy"):
+            optimizers.make_optimizers(8)
+    # A parameter-server strategy needs a cluster to exist; the check reads only its type.
+    ps = object.__new__(tf.distribute.experimental.ParameterServerStrategy)
+    monkeypatch.setattr(tf.distribute, "get_strategy", lambda: ps)
+    with pytest.raises(ConfigError, match=r"layout.precision='mixed_float16' is not available "
+                       r"under strategy.kind='parameter_server'"):
+        optimizers.make_optimizers(8)
+    monkeypatch.undo()
+    for binding in ("G/optimizer.initial_loss_scale = 0.5",
+                    "D/optimizer.loss_scale_growth_steps = 0"):
+        gin.clear_config()
+        tiny_gin(binding)
+        with pytest.raises(ConfigError, match=binding.split("/")[0] + "/optimizer: "
+                           "initial_loss_scale must be >= 1"):
+            optimizers.make_optimizers(8)

@@ -8,8 +8,11 @@ gradients of R1/R2, the second backward pass where mixed-precision NaNs
 appear, are taken with respect to a float32 copy of the images D saw
 (augmented, when augmentation is on) and squared and summed in float32. D's
 convolutions inside that pass keep the layout's precision: under bfloat16,
-which has float32's exponent range, nothing overflows; mixed_float16 (5
-exponent bits, no loss scaling here) is refused with R1/R2. Select them in gin:
+which has float32's exponent range, nothing overflows; under mixed_float16 (5
+exponent bits) the step takes that gradient of D's logits times D's dynamic loss
+scale (over the update's examples) and divides it back in float32 (train/step.py,
+as StyleGAN's TensorFlow code does), so it does not underflow, and an overflow
+halves the scale. Select them in gin:
 
   penalties.r1_gamma = 0.1          # R1 (Mescheder et al. 2018) on real images
   penalties.r2_gamma = 0.1          # R2: the same on generated images

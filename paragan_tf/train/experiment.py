@@ -169,10 +169,6 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         raise ConfigError("train.recompute=True is not supported under "
                           "strategy.kind='parameter_server'; use a synchronous strategy")
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy, measured=measured)
-    if penalties.input_gradients and layout.precision == "mixed_float16":
-        raise ConfigError("penalties.r1_gamma/r2_gamma with layout.precision='mixed_float16': "
-                          "their second backward pass overflows float16 without loss scaling; "
-                          "use 'mixed_bfloat16' or 'float32'")
     layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:

@@ -14,6 +14,13 @@ prepared dataset is entered at that example (data/records.py), other sources
 are replayed up to it.
 The NaN guard (train/step.py) skips non-finite steps; the trainer counts them
 (`health/skipped_steps`) and stops after `train.max_consecutive_skips` in a row.
+Under mixed_float16's dynamic loss scaling a float16 overflow is skipped and counted
+the same way, but a skip that lowered a loss scale does not add to the run of
+consecutive skips: that is the scale finding its level (from 2**15, a few halvings at
+the start, one after each doubling), not divergence. A non-finite step that lowered
+no scale counts, so a run whose scales are down to 1 (the least tf_keras keeps)
+stops as a float32 run would, at most ~15 halvings per network later. The current
+scales are logged as `health/loss_scale_G` and `health/loss_scale_D`.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from paragan_tf.errors import Diverged
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import controller as controller_lib
 from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import optimizers
 from paragan_tf.train import step as step_lib
 from paragan_tf.train import teardown
 from paragan_tf.train import trainer as trainer_lib
@@ -115,7 +123,13 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
             skipped = metrics["health/skipped"] > 0.5
             with tf.control_dependencies([skipped]):
                 health.skipped.assign_add(tf.cast(skipped, tf.int64))
-                health.consecutive.assign(tf.where(skipped, health.consecutive + 1, 0))
+                if "health/loss_scale_lowered" in metrics:  # mixed_float16: see the module doc
+                    diverging = tf.logical_and(skipped,
+                                               metrics["health/loss_scale_lowered"] < 0.5)
+                    health.consecutive.assign(tf.where(
+                        skipped, health.consecutive + tf.cast(diverging, tf.int64), 0))
+                else:
+                    health.consecutive.assign(tf.where(skipped, health.consecutive + 1, 0))
             exp.ema.update(exp.step)
             exp.step.assign_add(1)
             totals = {k: totals[k] + tf.where(skipped, 0.0, tf.cast(metrics[k], tf.float32))
@@ -203,6 +217,10 @@ class SyncTrainer(trainer_lib.Trainer):
         metrics = {k: float(v) for k, v in out.items()}
         metrics.update({"perf/compute_seconds": seconds, "perf/input_wait_seconds": wait,
                         "health/skipped_steps": float(exp.health.skipped.numpy())})
+        for network, optimizer in (("G", exp.g_optimizer), ("D", exp.d_optimizer)):
+            scaler = optimizers.loss_scaler(optimizer)
+            if scaler is not None:  # mixed_float16
+                metrics[f"health/loss_scale_{network}"] = float(scaler.loss_scale)
         if isinstance(exp.augment, ada_lib.AdaptiveAugment):  # its p and overfitting heuristic
             metrics["augment/p"] = float(exp.augment.p.numpy())
             metrics["augment/rt"] = float(exp.augment.rt.numpy())

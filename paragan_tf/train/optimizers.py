@@ -15,6 +15,19 @@ changed), the base rate is scaled linearly or by the square root of the ratio,
 separately per network. A schedule then runs on the scaled rate: linear
 warm-up from ~0, then constant, linear or cosine decay. A schedule counts its
 own network's updates (D's optimizer counts D updates, d_steps per train step).
+
+Dynamic loss scaling under `layout.precision='mixed_float16'`: each optimizer is
+wrapped in tf_keras' `keras.mixed_precision.LossScaleOptimizer` (dynamic; its
+defaults: initial scale 2**15, doubled after 2000 finite updates in a row, halved
+on a non-finite one, never below 1), G's and D's each with its own scale. The
+wrapper holds the scale and its counter, checkpointed with the optimizer it wraps
+(`g_optimizer/loss_scale/current_loss_scale` and `.../good_steps`, D's alike), and
+scales losses and unscales gradients (`scaled`, `unscaled`); train/step.py decides
+the skip (its NaN guard), updates the scale and applies the update through the
+inner optimizer. float32 and mixed_bfloat16 runs get the plain optimizers. Not
+available under ParameterServerStrategy or TPUStrategy (tf_keras refuses them: a
+ConfigError here). See docs/design.md section 5: float16 has not run on a GPU
+here, and on a CPU it is emulated (slow, not wrong).
 """
 
 from __future__ import annotations
@@ -78,7 +91,8 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                    beta_2: float = 0.999, epsilon: float = 1e-8, momentum: float = 0.0,
                    scaling_rule: str = "none", reference_batch_size: int = 0,
                    warmup_steps: int = 0, decay: str = "constant", decay_steps: int = 0,
-                   final_fraction: float = 0.0) -> keras.optimizers.Optimizer:
+                   final_fraction: float = 0.0, initial_loss_scale: float = 2.0 ** 15,
+                   loss_scale_growth_steps: int = 2000) -> keras.optimizers.Optimizer:
     """One network's optimizer.
 
     Args:
@@ -96,6 +110,9 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
       decay: constant, linear or cosine, after the warm-up.
       decay_steps: this network's updates the decay lasts (linear, cosine).
       final_fraction: the rate at the end of the decay, as a fraction of the peak.
+      initial_loss_scale, loss_scale_growth_steps: the dynamic loss scale's start and
+        the finite updates in a row that double it (mixed_float16 only; tf_keras'
+        LossScaleOptimizer's initial_scale and dynamic_growth_steps).
     """
     where = f"{network}/optimizer"
     if name not in _CLASSES:
@@ -113,6 +130,9 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
         raise ConfigError(f"{where}.decay={decay!r} needs {where}.decay_steps > 0")
     if warmup_steps < 0 or not 0.0 <= final_fraction <= 1.0:
         raise ConfigError(f"{where}: warmup_steps must be >= 0, final_fraction in [0, 1]")
+    if initial_loss_scale < 1 or loss_scale_growth_steps < 1:
+        raise ConfigError(f"{where}: initial_loss_scale must be >= 1, "
+                          f"loss_scale_growth_steps >= 1")
     peak = scaled_learning_rate(learning_rate, scaling_rule, global_batch_size,
                                 reference_batch_size)
     logging.info("%s: %s, learning rate %.3g%s%s%s", network, name, peak,
@@ -128,8 +148,51 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
     # MirroredStrategy on logical CPU devices.
     common = dict(learning_rate=rate, jit_compile=False, name=f"{network}_optimizer")
     if name == "adam":
-        return keras.optimizers.Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **common)
-    return _CLASSES[name](momentum=momentum, **common)
+        optimizer = keras.optimizers.Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                                          **common)
+    else:
+        optimizer = _CLASSES[name](momentum=momentum, **common)
+    if keras.mixed_precision.global_policy().compute_dtype != "float16":
+        return optimizer
+    return _loss_scaled(optimizer, network, initial_loss_scale, loss_scale_growth_steps)
+
+
+def _loss_scaled(optimizer, network: str, initial_scale: float, growth_steps: int):
+    """`optimizer` in a dynamic LossScaleOptimizer (mixed_float16); call in strategy.scope()."""
+    strategy = tf.distribute.get_strategy()
+    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+        raise ConfigError("layout.precision='mixed_float16' is not available under "
+                          "strategy.kind='parameter_server': tf_keras' dynamic loss scaling "
+                          "does not support ParameterServerStrategy; use 'mixed_bfloat16' "
+                          "or 'float32'")
+    try:
+        wrapped = keras.mixed_precision.LossScaleOptimizer(
+            optimizer, dynamic=True, initial_scale=initial_scale,
+            dynamic_growth_steps=growth_steps)
+    except ValueError as e:  # a strategy tf_keras cannot loss-scale under (TPU, ...)
+        raise ConfigError(f"layout.precision='mixed_float16' is not available under "
+                          f"{type(strategy).__name__}: {e}") from None
+    logging.info("%s: dynamic loss scaling (mixed_float16), from %g, doubled after %d "
+                 "finite updates in a row", network, initial_scale, growth_steps)
+    return wrapped
+
+
+def loss_scaler(optimizer):
+    """`optimizer` if it is a LossScaleOptimizer (mixed_float16), else None."""
+    return optimizer if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) \
+        else None
+
+
+def scaled(loss: tf.Tensor, optimizer) -> tf.Tensor:
+    """`loss` times `optimizer`'s loss scale (mixed_float16), else `loss` itself."""
+    scaler = loss_scaler(optimizer)
+    return loss if scaler is None else scaler.get_scaled_loss(loss)
+
+
+def unscaled(grads, optimizer):
+    """Gradients of a `scaled` loss divided by the scale (mixed_float16), else `grads`."""
+    scaler = loss_scaler(optimizer)
+    return grads if scaler is None else scaler.get_unscaled_gradients(grads)
 
 
 def make_optimizers(global_batch_size: int):

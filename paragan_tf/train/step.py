@@ -15,6 +15,18 @@ passes also update state outside the optimizers (spectral-norm power-iteration
 vectors, batch-norm moving statistics); a skipped step puts that back too, or
 one NaN batch would poison them for good. Skipped steps are reported as
 `health/skipped`.
+
+Dynamic loss scaling (mixed_float16, train/optimizers.py): each loss is multiplied
+by its network's scale before the tape's gradient, the gradients divided by it in
+float32; R1/R2's input gradient is taken of D's scaled logits and divided back in
+float32, as StyleGAN's TensorFlow code does (see _gradient_penalties). A float16
+overflow is non-finite: the NaN guard skips and counts that step like any other,
+and tf_keras' rule updates each scale from its network's all-reduced gradients
+(halved on a non-finite one, never below 1; doubled after `dynamic_growth_steps`
+finite ones in a row). A skip that lowered a scale is reported as
+`health/loss_scale_lowered`: the trainer does not count it toward
+train.max_consecutive_skips (train/loop.py). Not run on a GPU here (none on this
+machine); on a CPU float16 is emulated: slow, not wrong.
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses as losses_lib
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.objective import regularizers
+from paragan_tf.train import optimizers as optimizers_lib
 
 Batch = Tuple[tf.Tensor, tf.Tensor]
 
@@ -102,17 +115,26 @@ class GANStep:
 
     def _apply_if(self, healthy: tf.Tensor, optimizer, grads: List[tf.Tensor], norm: tf.Tensor,
                   variables) -> None:
-        """Applies all-reduced `grads` when `healthy` (identical on every replica)."""
+        """Applies all-reduced `grads` when `healthy` (identical on every replica); under
+        loss scaling, also updates the scale from `grads`, applied or not."""
         if self.config.clip_norm > 0:
             grads, _ = tf.clip_by_global_norm(grads, self.config.clip_norm, use_norm=norm)
+        scaler = optimizers_lib.loss_scaler(optimizer)
+        inner = optimizer if scaler is None else scaler.inner_optimizer
 
         def apply(grads):
-            optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+            inner.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
 
         # The condition lives in cross-replica context, where a branch may hold the
         # optimizer's synchronisation point (as tf-keras' LossScaleOptimizer does it):
         # under MirroredStrategy a tf.cond around apply_gradients in replica context fails.
         def cross_replica(strategy, healthy, grads):
+            if scaler is not None:
+                # tf_keras' rule, from the all-reduced unscaled gradients, in the cross-
+                # replica context it needs. Not the wrapper's apply_gradients: that one
+                # decides the skip on its own (the guard also sees the loss and the step's
+                # other updates) and counts a skipped update in `iterations`.
+                scaler._loss_scale.update(grads)  # pylint: disable=protected-access
             healthy = strategy.experimental_local_results(healthy)[0]
 
             def update():
@@ -143,7 +165,9 @@ class GANStep:
                 d_loss += self._d_penalties(inputs, both_labels, real_logits, fake_logits, z)
             loss = average_over_global_batch(d_loss, self.config.global_batch_size)
             loss /= self.config.accumulation
-        grads = tape.gradient(loss, self.discriminator.trainable_variables)
+            scaled = optimizers_lib.scaled(loss, self.d_optimizer)
+        grads = optimizers_lib.unscaled(
+            tape.gradient(scaled, self.discriminator.trainable_variables), self.d_optimizer)
         return loss, grads, real_logits, fake_logits
 
     def _d_penalties(self, inputs, labels, real_logits, fake_logits, z) -> tf.Tensor:
@@ -167,9 +191,14 @@ class GANStep:
         """R1 on the real half, R2 on the fake half; every `lazy_interval`-th D update x k.
 
         A D pass of its own with training=False (no power-iteration update, so it may
-        sit in a tf.cond), differentiated with respect to a float32 input.
+        sit in a tf.cond), differentiated with respect to a float32 input. Under loss
+        scaling, of the logits times D's scale over the examples of an update (the
+        scale each example's loss term gets in D's own backward pass, so the one dynamic
+        scale fits both passes), the input gradient divided by it in float32.
         """
         p = self.config.penalties
+        scaler = optimizers_lib.loss_scaler(self.d_optimizer)
+        examples = float(self.config.global_batch_size * self.config.accumulation)
 
         def penalty():
             x = tf.cast(inputs, tf.float32)
@@ -177,7 +206,12 @@ class GANStep:
                 input_tape.watch(x)
                 logits = self.discriminator((x, labels), training=False)
                 total = tf.reduce_sum(tf.cast(logits, tf.float32))
-            fake_grads, real_grads = tf.split(input_tape.gradient(total, x), 2)
+                if scaler is not None:
+                    total = scaler.get_scaled_loss(total) / examples
+            input_grads = input_tape.gradient(total, x)
+            if scaler is not None:
+                input_grads = scaler.get_unscaled_gradients([input_grads])[0] * examples
+            fake_grads, real_grads = tf.split(input_grads, 2)
             return p.lazy_interval * (penalties_lib.gradient_penalty(real_grads, p.r1_gamma) +
                                       penalties_lib.gradient_penalty(fake_grads, p.r2_gamma))
         if p.lazy_interval == 1:
@@ -221,7 +255,10 @@ class GANStep:
             _, g_loss = self.loss_fn(real_logits, logits, logits)
             loss = average_over_global_batch(g_loss, self.config.global_batch_size)
             loss /= self.config.accumulation
-        return loss, tape.gradient(loss, self.generator.trainable_variables), fakes
+            scaled = optimizers_lib.scaled(loss, self.g_optimizer)
+        grads = optimizers_lib.unscaled(
+            tape.gradient(scaled, self.generator.trainable_variables), self.g_optimizer)
+        return loss, grads, fakes
 
     def _ortho_gradients(self) -> List[tf.Tensor]:
         """The orthogonal regulariser's gradient for G, once per update (as the reference).
@@ -331,9 +368,14 @@ class GANStep:
         """One train step on this replica. `real`/`noise` hold the step's micro-batches.
 
         Returns per-replica metrics; losses are this replica's share of the
-        global mean, so a SUM over replicas gives the global value.
+        global mean, so a SUM over replicas gives the global value. Under loss scaling
+        also `health/loss_scale_lowered`: 1 when the step lowered G's or D's scale.
         """
         cfg = self.config
+        scalers = [s for s in map(optimizers_lib.loss_scaler, (self.d_optimizer,
+                                                               self.g_optimizer))
+                   if s is not None]
+        scales = [s.loss_scale for s in scalers]  # read before this step's updates
         k = cfg.accumulation
         real, noise = list(real), list(noise)
         forward_state = self._forward_state()
@@ -374,7 +416,11 @@ class GANStep:
             # synchronisation point in replica context (see _apply_if).
             variable.assign(tf.where(healthy, tf.convert_to_tensor(variable), saved))
         seen = float(cfg.global_batch_size * k * cfg.d_steps)
-        return {"loss/D": d_loss, "loss/G": g_loss,
-                "grad_norm/D": d_norm, "grad_norm/G": g_norm,
-                "logits/real": real_sum / seen, "logits/fake": fake_sum / seen,
-                "health/skipped": 1.0 - tf.cast(healthy, tf.float32)}
+        metrics = {"loss/D": d_loss, "loss/G": g_loss,
+                   "grad_norm/D": d_norm, "grad_norm/G": g_norm,
+                   "logits/real": real_sum / seen, "logits/fake": fake_sum / seen,
+                   "health/skipped": 1.0 - tf.cast(healthy, tf.float32)}
+        if scalers:
+            lowered = [s.loss_scale < before for s, before in zip(scalers, scales)]
+            metrics["health/loss_scale_lowered"] = tf.cast(tf.reduce_any(lowered), tf.float32)
+        return metrics
