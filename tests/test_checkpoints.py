@@ -113,3 +113,28 @@ def test_a_checkpoint_with_the_preemption_counter_restores_elsewhere(tiny_gin, t
         else:  # the negative control: any other extra object is still a mismatch
             with pytest.raises(ConfigError, match="does not match this run's models"):
                 saver.restore(os.path.join(folder, "ckpt-7"))
+
+
+@pytest.mark.parametrize("saved,restored", [("mixed_bfloat16", "mixed_float16"),
+                                            ("mixed_float16", "float32")])
+def test_a_change_of_precision_restores_all_but_the_float16_loss_scale(
+        tiny_gin, tmp_path, policy, saved, restored):
+    """A run started on a V100 (`auto`: float16 with loss scaling) resumes on an A100
+    (bfloat16) and back: only the loss scale is on one side alone; a new one starts."""
+    tiny_gin("train.total_steps = 2", f"layout.precision = '{saved}'")
+    exp = experiment.build(_one_device())
+    loop.train(exp, str(tmp_path))
+    weights = _weights(exp)
+    gin.clear_config()
+    tiny_gin("train.seed = 99", f"layout.precision = '{restored}'")
+    other = experiment.build(_one_device())
+    saver = checkpoints.Checkpointer(str(tmp_path), 3, **other.trackables())
+    assert saver.restore_latest().endswith("ckpt-2")
+    for name, value in _weights(other).items():
+        np.testing.assert_array_equal(value, weights[name], err_msg=name)
+    assert int(other.step.numpy()) == 2
+    # The negative control: the loss scale is the only thing let through; a G of another
+    # width still fails (test_another_architecture_fails_loudly_and_nothing_is_half_loaded).
+    assert not checkpoints._only_optional_objects_differ(  # pylint: disable=protected-access
+        "Found 2 Python objects that were not bound to checkpointed values. Showing 2 of 2 "
+        "unmatched objects: [<tf.Variable 'good_steps:0'>, <tf.Variable 'kernel:0'>]")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import tensorflow as tf
 
 from conftest import mirrored_2
 from paragan_tf.errors import ConfigError
@@ -16,9 +15,3 @@ def test_global_batch_not_divisible_by_replicas_is_a_config_error(tiny_gin):
         experiment.build(mirrored_2())
 
 
-def test_gradient_penalties_under_float16_are_refused_by_name(tiny_gin):
-    from paragan_tf.train import experiment
-    tiny_gin("layout.precision = 'mixed_float16'", "penalties.r1_gamma = 1.0")
-    with pytest.raises(ConfigError, match=r"penalties.r1_gamma/r2_gamma with "
-                       r"layout.precision='mixed_float16'"):
-        experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))

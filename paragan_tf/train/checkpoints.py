@@ -3,7 +3,10 @@
 Files are `model_dir/ckpt-<global step>`; a run resumes from the newest one.
 Restores are strict: every object of the current run must be matched by the
 checkpoint, so a checkpoint of another architecture fails loudly instead of
-half-loading.
+half-loading. The one exception is the float16 loss scale (train/optimizers.py):
+a run that moves between float16 and another precision (a V100, where `auto` picks
+float16, then an A100, where it picks bfloat16) restores everything else, and a
+new scale starts at its initial value.
 
 Crash safety comes from TensorFlow's write order, which we rely on: a save
 writes its data and index files first and only then atomically replaces the
@@ -18,6 +21,7 @@ model_dir.DiskFull, the previous checkpoint still the newest.
 from __future__ import annotations
 
 import os
+import re
 from typing import List, Optional
 
 from absl import logging
@@ -105,10 +109,14 @@ class Checkpointer:
             except AssertionError as e:
                 # A multi-worker run stopped by SIGTERM also saved TensorFlow's preemption
                 # counter (train/preemption.py); a run without the handler has no object
-                # for it. Every object of this run must still be matched.
-                if f"(root).{PREEMPTION_COUNTER}:" not in str(e):
+                # for it. Every object of this run must still be matched, but for a loss
+                # scale that one side has and the other has not.
+                if not _only_optional_objects_differ(str(e)):
                     raise
-                status.assert_existing_objects_matched()
+                status.expect_partial()
+                logging.warning("checkpoint %s: %s", path, "restored but for the float16 "
+                                "loss scale, which only one side has (a change of precision)"
+                                if "loss_scale" in str(e) else "restored")
         except RESTORE_ERRORS + UNREADABLE as e:
             for variable, value in zip(variables, before):
                 variable.assign(value)
@@ -156,3 +164,21 @@ class Checkpointer:
             tf.io.gfile.rmtree(os.path.dirname(path))
         self.saved_step = step
         return path
+
+
+_LOSS_SCALE = ("good_steps:0", "current_loss_scale:0")
+
+
+def _only_optional_objects_differ(message: str) -> bool:
+    """Whether a failed assert_consumed names nothing but the preemption counter and the
+    float16 loss scale (on either side: in the checkpoint only, or in this run only)."""
+    unresolved = re.findall(r"Unresolved object in checkpoint (\S+):", message)
+    in_run_only = re.findall(r"<tf\.Variable '([^']+)'", message)
+    shown = re.search(r"Showing (\d+) of (\d+) unmatched", message)
+    if shown and shown.group(1) != shown.group(2):
+        return False  # unlisted objects could be anything
+    if not unresolved and not in_run_only:
+        return False
+    return (all(f"(root).{PREEMPTION_COUNTER}" in name or ".loss_scale." in name
+                for name in unresolved) and
+            all(name.endswith(_LOSS_SCALE) for name in in_run_only))
