@@ -69,8 +69,25 @@ def test_sample_binary_writes_a_class_row_grid(tiny_run, tmp_path):
     assert bad.returncode != 0 and "--classes [12] out of range" in bad.stderr
 
 
-def test_dry_run_prints_the_reference_cifar10_counts():
-    result = run_binary("train.py", "--gin_file=gin/biggan_cifar10.gin", "--dry_run")
+def test_dry_run_prints_the_reference_cifar10_counts(tmp_path):
+    # This machine's step measured once (a layout cache entry, as the tuner writes it):
+    # the plan of this_cpu reads its efficiency from there, and says when there is none.
+    from paragan_tf import layout as layout_lib  # pylint: disable=import-outside-toplevel
+    cache = tmp_path / "layouts.json"
+    signature = layout_lib.detect().signature()
+    precision = "mixed_bfloat16" if layout_lib.detect().bf16_unit else "float32"
+    cache.write_text(json.dumps({"k": dict(
+        hardware=signature, step=dict(precision=precision, resolution=32, batch_size=32),
+        choice=dict(precision=precision), seconds_per_step=0.5, train_step_flops=2.0e10,
+        date="2026-11-27 00:00:00 UTC")}))
+    none = run_binary("train.py", "--gin_file=gin/biggan_cifar10.gin", "--dry_run",
+                      env={"PARAGAN_TF_LAYOUT_CACHE": str(tmp_path / "empty.json")})
+    assert none.returncode == 0, none.stderr[-3000:]
+    facts = json.loads(none.stdout.strip().splitlines()[-1])
+    assert facts["plan"].startswith(f"no plan: this_cpu has no measured step at {precision}")
+    assert facts["layout"]["source"] == "rule"
+    result = run_binary("train.py", "--gin_file=gin/biggan_cifar10.gin", "--dry_run",
+                        env={"PARAGAN_TF_LAYOUT_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr[-3000:]
     facts = json.loads(result.stdout.strip().splitlines()[-1])
     assert facts["generator_params"] == 4_304_387
