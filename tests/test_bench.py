@@ -7,7 +7,7 @@ import json
 import pytest
 import tensorflow as tf
 
-from conftest import run_binary
+from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
 
 
 def test_step_benchmark_binary_on_the_tiny_config(tmp_path):

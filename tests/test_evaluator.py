@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import declared_for, mirrored_2, relative, run_binary
+from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
+from conftest import declared_for, mirrored_2, relative
 from paragan_tf.data import datasets
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
