@@ -39,7 +39,7 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
     precision = rule_precision if precision == "auto" else precision
     progress("auto: what bin/train.py would use for this step")
     auto = layout_tuning.settle(settings, progress=progress)
-    grid, notes = layout_tuning.candidates(hardware, pins, settings.strategy.kind, precision)
+    grid, notes = layout_tuning.candidates(hardware, pins, settings.strategy, precision)
     stage = list(grid)
     if hardware.cores >= 2 and not any(c.intra_op_threads or c.inter_op_threads for c in grid):
         stage += [dataclasses.replace(c, intra_op_threads=hardware.cores, inter_op_threads=1)

@@ -19,9 +19,10 @@ own step (train/layout_tuning.py), and kept in a per-machine cache; `auto` takes
 the cached measurement where one exists for this hardware, TensorFlow version and
 step shape, and the rule above where none does. A measured precision replaces
 the rule only where bfloat16 was timed slower than float32. Anything the gin
-config pins (`layout.xla`, `layout.onednn`, the thread counts, the precision) or
+config pins (`layout.xla`, `layout.onednn`, the precision) or
 the environment pins (TF_ENABLE_ONEDNN_OPTS, TF_NUM_INTRAOP_THREADS,
-TF_NUM_INTEROP_THREADS set by the user) is never overridden.
+TF_NUM_INTEROP_THREADS set by the user), and the thread counts of strategy.* are
+never overridden.
 
 oneDNN and the thread counts are process settings read when TensorFlow starts:
 `environment()` names the variables a process needs, and bin/train.py restarts
@@ -194,9 +195,14 @@ def usable_cores() -> int:
 
 
 def detect(strategy: Optional[tf.distribute.Strategy] = None) -> Hardware:
-    """The hardware this process computes on (TPU devices exist once a TPU strategy connected)."""
+    """The hardware this process computes on. Without a strategy it lists physical devices
+    only, which leaves TensorFlow uninitialised (thread counts can still be set); a remote
+    TPU shows its devices once a TPU strategy connected."""
     cpu = dict(cpu_features=cpu_features(), cpu_model=cpu_model(), cores=usable_cores())
-    if isinstance(strategy, tf.distribute.TPUStrategy) or tf.config.list_logical_devices("TPU"):
+    tpu = (isinstance(strategy, tf.distribute.TPUStrategy) or
+           tf.config.list_logical_devices("TPU") if strategy is not None else
+           tf.config.list_physical_devices("TPU"))
+    if tpu:
         return Hardware("tpu", **cpu)
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
@@ -237,13 +243,15 @@ def environment_pins() -> Dict[str, str]:
             if os.environ.get(name) and not os.environ.get("PARAGAN_TF_LAYOUT_SET_" + name)}
 
 
-def environment(hardware: Hardware, onednn: str = "auto", intra_op_threads: int = 0,
-                inter_op_threads: int = 0,
-                measured: Optional[Measured] = None) -> Dict[str, str]:
+def environment(hardware: Hardware, onednn: str = "auto",
+                measured: Optional[Measured] = None,
+                threads_pinned: bool = False) -> Dict[str, str]:
     """The environment variables a process needs for its layout (before TensorFlow loads).
 
-    Pinned gin settings come first, then the measurement; variables the user set are left
-    alone (environment_pins). Empty when TensorFlow's defaults are what was chosen.
+    A pinned `layout.onednn` comes first, then the measurement; thread counts only when
+    strategy.intra_op_threads/inter_op_threads do not pin them (the strategy sets those
+    itself); variables the user set are left alone (environment_pins). Empty when
+    TensorFlow's defaults are what was chosen.
     """
     if onednn not in SWITCHES:
         raise ConfigError(f"layout.onednn={onednn!r} must be auto, on or off")
@@ -256,11 +264,11 @@ def environment(hardware: Hardware, onednn: str = "auto", intra_op_threads: int 
     elif onednn != "auto":
         raise ConfigError(f"layout.onednn={onednn!r}: oneDNN's switch exists on x86 CPUs "
                           f"only; this is {hardware.accelerator} ({hardware.cpu_model})")
-    intra = intra_op_threads or (measured.intra_op_threads if measured else 0)
-    inter = inter_op_threads or (measured.inter_op_threads if measured else 0)
-    for name, value in zip(THREAD_ENV, (intra, inter)):
-        if value:
-            wanted[name] = str(value)
+    if measured is not None and not threads_pinned:
+        for name, value in zip(THREAD_ENV, (measured.intra_op_threads,
+                                            measured.inter_op_threads)):
+            if value:
+                wanted[name] = str(value)
     pins = environment_pins()
     return {k: v for k, v in wanted.items() if k not in pins}
 
@@ -307,8 +315,8 @@ def rule_precision(hardware: Hardware) -> Tuple[str, str]:
 @gin.configurable("layout", denylist=["hardware", "strategy", "measured"])
 def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None,
            precision: str = "auto", xla: str = "auto", round_channels: bool = False,
-           channel_multiple: int = 0, onednn: str = "auto", intra_op_threads: int = 0,
-           inter_op_threads: int = 0, tune: str = "auto", tune_seconds: float = 90.0,
+           channel_multiple: int = 0, onednn: str = "auto", tune: str = "auto",
+           tune_seconds: float = 90.0,
            measured: Optional[Measured] = None) -> Layout:
     """The layout for `hardware` under `strategy`.
 
@@ -321,9 +329,9 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
         (changes the architecture: parameter counts grow, checkpoints differ).
       channel_multiple: the multiple to round to; 0 takes the unit's.
       onednn: auto, on or off (x86 CPUs): TensorFlow's oneDNN kernels. A process
-        setting: bin/train.py starts TensorFlow with it (`environment`).
-      intra_op_threads, inter_op_threads: TensorFlow's thread pools; 0 lets `auto`
-        decide (TensorFlow's default unless a measurement chose otherwise).
+        setting: bin/train.py starts TensorFlow with it (`environment`). Thread
+        counts are pinned by strategy.intra_op_threads/inter_op_threads; left at 0,
+        `auto` takes the measured ones.
       tune: auto (measure the step once per machine and step shape, then use the
         cache), off (rules and the cache only) or again (re-measure now).
         Read by train/layout_tuning.py.
@@ -337,8 +345,8 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
         raise ConfigError(f"layout.xla={xla!r} must be auto, on or off")
     if tune not in ("auto", "off", "again"):
         raise ConfigError(f"layout.tune={tune!r} must be auto, off or again")
-    if min(intra_op_threads, inter_op_threads) < 0 or tune_seconds <= 0:
-        raise ConfigError("layout thread counts must be >= 0 and layout.tune_seconds > 0")
+    if tune_seconds <= 0:
+        raise ConfigError(f"layout.tune_seconds={tune_seconds} must be > 0")
     source = measured.source if measured else "rule"
     if precision == "auto":
         precision, why = rule_precision(hardware)

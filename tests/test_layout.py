@@ -87,6 +87,9 @@ def test_process_settings_come_from_pins_then_the_measurement(monkeypatch):
     assert layout_lib.environment(CPU_AVX2, measured=measured) == {
         "TF_ENABLE_ONEDNN_OPTS": "1", "TF_NUM_INTRAOP_THREADS": "2",
         "TF_NUM_INTEROP_THREADS": "1"}
+    # strategy.intra_op_threads/inter_op_threads pin the threads: the strategy sets them.
+    assert layout_lib.environment(CPU_AVX2, measured=measured, threads_pinned=True) == {
+        "TF_ENABLE_ONEDNN_OPTS": "1"}
     assert layout_lib.environment(CPU_AVX2, onednn="off", measured=measured)[
         "TF_ENABLE_ONEDNN_OPTS"] == "0"
     assert layout_lib.environment(CPU_AVX2) == {}  # no measurement: TensorFlow's defaults

@@ -7,10 +7,11 @@ import dataclasses
 import json
 import os
 import re
-import subprocess
+import types
 
 import pytest
 
+from clusters import run_while_progressing
 from conftest import PYTHON, REPO, relative
 from paragan_tf import layout as layout_lib
 from paragan_tf.train import experiment
@@ -29,6 +30,11 @@ GPU_AMPERE = layout_lib.Hardware("gpu", frozenset({"avx2"}), (8, 0), cores=8)
 TPU = layout_lib.Hardware("tpu", cores=96)
 
 
+def _strategy(kind="one_device", intra=0, inter=0):
+    """What candidates() reads of a StrategyConfig."""
+    return types.SimpleNamespace(kind=kind, intra_op_threads=intra, inter_op_threads=inter)
+
+
 @pytest.fixture
 def no_env_pins(monkeypatch):
     for name in (layout_lib.ONEDNN_ENV,) + layout_lib.THREAD_ENV:
@@ -43,7 +49,7 @@ def no_env_pins(monkeypatch):
     (GPU_AMPERE, [None], [False, True]),
 ])
 def test_first_stage_is_xla_by_onednn(no_env_pins, hardware, onednns, xlas):
-    stage, notes = layout_tuning.candidates(hardware, {}, "one_device", "float32")
+    stage, notes = layout_tuning.candidates(hardware, {}, _strategy(), "float32")
     assert [(c.onednn, c.xla) for c in stage] == [(o, x) for o in onednns for x in xlas]
     assert all(c.intra_op_threads == 0 == c.inter_op_threads for c in stage)
     assert ("oneDNN not tried" in " ".join(notes)) == (onednns == [None])
@@ -51,18 +57,17 @@ def test_first_stage_is_xla_by_onednn(no_env_pins, hardware, onednns, xlas):
 
 def test_pinned_and_impossible_candidates_are_not_tried_and_the_notes_say_why(
         no_env_pins, monkeypatch):
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {"xla": "off"}, "one_device", "float32")
+    stage, notes = layout_tuning.candidates(CPU_AVX2, {"xla": "off"}, _strategy(), "float32")
     assert [c.xla for c in stage] == [False, False] and "XLA pinned off" in notes[0]
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, "mirrored", "float32")
+    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, _strategy("mirrored"), "float32")
     assert not any(c.xla for c in stage) and "does not support XLA" in notes[0]
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {"onednn": "on"}, "one_device",
+    stage, notes = layout_tuning.candidates(CPU_AVX2, {"onednn": "on"}, _strategy(),
                                             "float32")
     assert {c.onednn for c in stage} == {True} and "layout.onednn" in notes[0]
-    stage, _ = layout_tuning.candidates(CPU_AVX2, {"intra_op_threads": 1}, "one_device",
-                                        "float32")
-    assert {c.intra_op_threads for c in stage} == {1}
+    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, _strategy(intra=1), "float32")
+    assert {c.intra_op_threads for c in stage} == {1} and "strategy" in notes[-1]
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # the user's: a pin
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, "one_device", "float32")
+    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, _strategy(), "float32")
     assert {c.onednn for c in stage} == {False} and "TF_ENABLE_ONEDNN_OPTS=0" in notes[0]
 
 
@@ -142,7 +147,7 @@ def test_settle_measures_once_then_uses_the_cache_keyed_by_step_and_machine(
     assert again.source == "cache" and len(calls) == 2  # nothing measured the second time
     assert (again.xla, again.onednn, again.inter_op_threads) == (False, True, 1)
     # The restart wants what the process lacks.
-    env = layout_tuning.restart_environment(again)
+    env = layout_tuning.restart_environment(settings, again)
     assert env.get("TF_NUM_INTEROP_THREADS") == "1"
     # Another step shape is another key: measured anew.
     tiny_gin("layout.xla = 'auto'", "train.batch_size = 16")
@@ -158,44 +163,49 @@ def test_settle_measures_once_then_uses_the_cache_keyed_by_step_and_machine(
     assert layout_tuning.settle(experiment.Settings.read(), allow_measuring=False,
                                 progress=lines.append) is None
     assert "a dry run measures nothing" in lines[-1] and len(calls) == 6
-    # Multi-worker jobs never measure (each worker would alone).
+    # Multi-worker jobs never measure (each worker would alone), nor detect anything.
+    monkeypatch.setattr(layout_lib, "detect", None)
     tiny_gin("layout.xla = 'auto'", "train.batch_size = 4",
              "strategy.kind = 'multi_worker_mirrored'")
     assert layout_tuning.settle(experiment.Settings.read(), progress=lines.append) is None
-    assert "not a one-process strategy" in lines[-1]
+    assert "multi-process job" in lines[-1]
 
 
 @pytest.mark.slow
 def test_train_tunes_in_child_processes_restarts_and_then_reads_the_cache(tmp_path):
-    """The real thing on gin/tiny.gin: two candidates (oneDNN on and off; XLA and precision
-    are pinned by tiny.gin) timed in child processes, the choice cached, bin/train.py
-    restarted for the pinned one intra-op thread, and a second run reading the cache."""
+    """The real thing on gin/tiny.gin (XLA and precision pinned by it, oneDNN pinned here
+    to the opposite of TensorFlow's default for this CPU): TensorFlow's thread counts
+    against one inter-op thread, timed in child processes, the choice cached, bin/train.py
+    restarted for the pinned oneDNN, and a second run reading the cache."""
+    default = layout_lib.onednn_default(layout_lib.detect())
+    assert default is not None, "this test needs an x86 CPU (oneDNN's switch)"
+    pinned = "off" if default else "on"
     cache = tmp_path / "layouts.json"
     # As a user's shell has it: no oneDNN setting (the suite's conftest sets one), tuning on.
     env = {k: v for k, v in os.environ.items()
            if k not in ("TF_ENABLE_ONEDNN_OPTS", layout_tuning.TUNE_ENV)}
     env.update(PARAGAN_TF_LAYOUT_CACHE=str(cache), PYTHONUNBUFFERED="1")
 
-    def train(*args, timeout):
-        return subprocess.run([PYTHON, "bin/train.py", "--gin_file=gin/tiny.gin",
-                               f"--model_dir={relative(tmp_path / 'run')}",
-                               "--gin_bindings=layout.intra_op_threads=1", *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=timeout, env=env)
+    def train(*args):
+        return run_while_progressing([PYTHON, "bin/train.py", "--gin_file=gin/tiny.gin",
+                                      f"--model_dir={relative(tmp_path / 'run')}",
+                                      f"--gin_bindings=layout.onednn='{pinned}'", *args],
+                                     env=env)
 
-    first = train("--gin_bindings=train.total_steps=2", timeout=900)
+    first = train("--gin_bindings=train.total_steps=2")
     log = first.stderr
     assert first.returncode == 0, log[-3000:]
     timed = re.findall(r"layout candidate (\S+): ([\d.]+) s/step", log)
-    if layout_lib.onednn_default(layout_lib.detect()) is not None:  # x86: both oneDNN settings
-        assert {"onednn=on" in name for name, _ in timed} == {True, False}, log[-3000:]
+    assert sorted(name.split(",")[2] for name, _ in timed) == [
+        f"threads={layout_lib.usable_cores()}/1", "threads=default/default"], log[-3000:]
     assert all(float(seconds) > 0 for _, seconds in timed)
-    assert "restarting with" in log and "TF_NUM_INTRAOP_THREADS=1" in log
+    assert f"restarting with TF_ENABLE_ONEDNN_OPTS={int(pinned == 'on')}" in log, log[-3000:]
     (entry,) = json.load(open(cache)).values()
-    chosen = entry["choice"]
-    assert chosen["intra_op_threads"] == 1
-    final = re.findall(r"layout: float32, XLA off, oneDNN (on|off|n/a), threads 1/", log)
-    assert final and final[-1] == ({True: "on", False: "off"}.get(chosen["onednn"], "n/a"))
-    second = train("--gin_bindings=train.total_steps=4", timeout=600)
+    assert entry["choice"]["onednn"] is (pinned == "on") and entry["train_step_flops"] > 0
+    threads = (f"{layout_lib.usable_cores()}/1" if entry["choice"]["inter_op_threads"] == 1
+               else "default/default")
+    assert re.search(rf"layout: float32, XLA off, oneDNN {pinned}, threads {threads}", log)
+    second = train("--gin_bindings=train.total_steps=4")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "from the cache" in second.stderr and "layout candidate" not in second.stderr
     assert os.path.exists(os.path.join(REPO, relative(tmp_path / "run"), "ckpt-4.index"))

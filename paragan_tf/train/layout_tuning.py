@@ -124,10 +124,11 @@ def cached(key: str) -> Optional[dict]:
         return entries.get(key)
 
 
-def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], kind: str,
+def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
                precision: str) -> Tuple[List[Candidate], List[str]]:
-    """The first stage's candidates (XLA x oneDNN) and why anything was not tried."""
-    notes = []
+    """The first stage's candidates (XLA x oneDNN) and why anything was not tried;
+    `strategy`: the run's StrategyConfig (its kind, its pinned thread counts)."""
+    notes, kind = [], strategy.kind
     env_pins = layout_lib.environment_pins()
     if pins.get("xla", "auto") != "auto":
         xlas = [pins["xla"] == "on"]
@@ -151,14 +152,12 @@ def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], kind: str
         notes.append(f"oneDNN pinned {pins['onednn']} (layout.onednn)")
     else:
         onednns = [default, not default]  # TensorFlow's default for this CPU first
-    threads = _pinned_threads(pins, env_pins)
-    return [Candidate(x, o, *threads, precision) for o in onednns for x in xlas], notes
-
-
-def _pinned_threads(pins, env_pins) -> Tuple[int, int]:
     env = [int(env_pins.get(name) or 0) for name in layout_lib.THREAD_ENV]
-    return (int(pins.get("intra_op_threads") or env[0]),
-            int(pins.get("inter_op_threads") or env[1]))
+    threads = (strategy.intra_op_threads or env[0], strategy.inter_op_threads or env[1])
+    if any(threads):
+        notes.append(f"thread counts pinned {threads[0] or 'default'}/"
+                     f"{threads[1] or 'default'} (strategy.*_op_threads or the environment)")
+    return [Candidate(x, o, *threads, precision) for o in onednns for x in xlas], notes
 
 
 def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) -> Candidate:
@@ -309,7 +308,7 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
          progress: Callable[[str], None] = logging.info) -> Tuple[Candidate, dict]:
     """Measures the candidates for the parsed gin config; (the fastest, the record)."""
     deadline = time.monotonic() + budget_seconds
-    stage, notes = candidates(hardware, pins, settings.strategy.kind, precision)
+    stage, notes = candidates(hardware, pins, settings.strategy, precision)
     for note in notes:
         progress(f"layout tuning: {note}")
     record = dict(stages=[], notes=notes)
@@ -352,12 +351,16 @@ def settle(settings, allow_measuring: bool = True,
            progress: Callable[[str], None] = logging.info) -> Optional[layout_lib.Measured]:
     """`auto`'s measured settings for the parsed gin config: from the cache, or measured
     now (and cached) when tuning is allowed; None where the rules decide."""
+    kind = settings.strategy.kind
+    if kind not in ONE_PROCESS_KINDS:
+        progress(f"layout: the rules decide under strategy.kind={kind!r} (every worker of "
+                 f"a multi-process job would measure alone)")
+        return None
     pins = layout_lib.configured()
-    hardware = layout_lib.detect()
+    hardware = layout_lib.detect()  # physical devices only: TensorFlow stays uninitialised
     precision = pins.get("precision", "auto")
     rule_precision = layout_lib.rule_precision(hardware)[0]
     precision = rule_precision if precision == "auto" else precision
-    kind = settings.strategy.kind
     key, facts = cache_key(hardware, step_shape(settings, precision))
     mode = pins.get("tune", "auto")
     if os.environ.get(TUNE_ENV) == "off":
@@ -371,8 +374,6 @@ def settle(settings, allow_measuring: bool = True,
     why_not = ("a dry run measures nothing" if not allow_measuring else
                "layout.tune='off'" if pins.get("tune") == "off" else
                f"{TUNE_ENV}=off" if mode == "off" else
-               f"strategy.kind={kind!r} is not a one-process strategy"
-               if kind not in ONE_PROCESS_KINDS else
                "TPUs compile every step anyway" if hardware.accelerator == "tpu" else None)
     if why_not:
         progress(f"layout: no measurement of this step on this machine (key {key}); the "
@@ -393,14 +394,17 @@ def settle(settings, allow_measuring: bool = True,
     return winner.measured("measured", seconds, precision)
 
 
-def restart_environment(measured: Optional[layout_lib.Measured]) -> Dict[str, str]:
+def restart_environment(settings, measured: Optional[layout_lib.Measured]
+                        ) -> Dict[str, str]:
     """The variables this process lacks for its layout (empty: it has what it needs)."""
     pins = layout_lib.configured()
+    if measured is None and pins.get("onednn", "auto") == "auto":
+        return {}  # TensorFlow's defaults: nothing to detect or set
     hardware = layout_lib.detect()
+    strategy = settings.strategy
     wanted = layout_lib.environment(
-        hardware, onednn=pins.get("onednn", "auto"),
-        intra_op_threads=int(pins.get("intra_op_threads", 0)),
-        inter_op_threads=int(pins.get("inter_op_threads", 0)), measured=measured)
+        hardware, onednn=pins.get("onednn", "auto"), measured=measured,
+        threads_pinned=bool(strategy.intra_op_threads or strategy.inter_op_threads))
     current = {layout_lib.ONEDNN_ENV: None}
     onednn = layout_lib.onednn_in_effect(hardware)
     if onednn is not None:
