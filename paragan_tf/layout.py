@@ -396,7 +396,7 @@ def apply(layout: Layout) -> None:
     keras.mixed_precision.set_global_policy(layout.precision)
     threads = (f"threads {layout.intra_op_threads or 'default'}/"
                f"{layout.inter_op_threads or 'default'}")
-    logging.info("layout: %s, XLA %s, oneDNN %s, %s, channel multiple %d, from the %s (%s)",
+    logging.info("layout: %s, XLA %s, oneDNN %s, %s, channel multiple %d; source: %s (%s)",
                  layout.precision, _on(layout.xla),
                  "n/a" if layout.onednn is None else _on(layout.onednn), threads,
                  layout.channel_multiple, layout.source,

@@ -254,29 +254,32 @@ def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline:
             raise ConfigError("layout tuning: every candidate failed to build its step: "
                               + "; ".join(p.ready["error"] for p in probes))
         startup = time.monotonic() - started
-        warm = max(min(p.ready["warmup_seconds"]) for p in live)
-        steps = max(1, round(MEASURE_SECONDS / max(warm, 1e-3)))
+        # Each candidate times ~MEASURE_SECONDS of steps: its own count, from its warm step.
+        warm = {p.candidate.name: max(min(p.ready["warmup_seconds"]), 1e-3) for p in live}
+        steps = {name: max(1, round(MEASURE_SECONDS / w)) for name, w in warm.items()}
         times: Dict[str, List[float]] = {p.candidate.name: [] for p in live}
         for index in range(rounds):
-            if index and time.monotonic() + len(live) * steps * warm > deadline:
+            one_round = sum(steps[p.candidate.name] * warm[p.candidate.name] for p in live)
+            if index and time.monotonic() + one_round > deadline:
                 progress(f"layout tuning: {index} round(s) of {rounds} fit the time budget")
                 break
             for probe in list(live):
-                answer = probe.time_steps(steps, timeout=60 + 20 * steps * warm)
+                name = probe.candidate.name
+                answer = probe.time_steps(steps[name], timeout=60 + 20 * steps[name] * warm[name])
                 if "seconds" in answer:
-                    times[probe.candidate.name].append(answer["seconds"] / answer["steps"])
+                    times[name].append(answer["seconds"] / answer["steps"])
                 else:  # it died or hung mid-way: its earlier timings do not count either
                     progress(f"layout candidate {probe.candidate.name}: failed "
                              f"({answer.get('error')}); not chosen")
                     probe.ready = answer
-                    times[probe.candidate.name] = []
+                    times[name] = []
                     live.remove(probe)
         for probe in probes:
             name = probe.candidate.name
             per_step = times.get(name) or []
             rows.append(dict(candidate=dataclasses.asdict(probe.candidate), name=name,
                              seconds_per_step=statistics.median(per_step) if per_step else None,
-                             rounds=per_step, steps_per_timing=steps,
+                             rounds=per_step, steps_per_timing=steps.get(name),
                              startup_seconds=round(startup, 1),
                              train_step_flops=probe.ready.get("train_step_flops"),
                              error=probe.ready.get("error")))
