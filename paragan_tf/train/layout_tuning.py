@@ -254,8 +254,13 @@ def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline:
             raise ConfigError("layout tuning: every candidate failed to build its step: "
                               + "; ".join(p.ready["error"] for p in probes))
         startup = time.monotonic() - started
-        # Each candidate times ~MEASURE_SECONDS of steps: its own count, from its warm step.
-        warm = {p.candidate.name: max(min(p.ready["warmup_seconds"]), 1e-3) for p in live}
+        # Each candidate times ~MEASURE_SECONDS of steps: its own count, from one step timed
+        # now that the others have stopped starting up (their warm-ups overlapped), uncounted.
+        warm = {}
+        for probe in live:
+            answer = probe.time_steps(1, timeout=STARTUP_TIMEOUT)
+            warm[probe.candidate.name] = max(answer.get("seconds") or
+                                             min(probe.ready["warmup_seconds"]), 1e-3)
         steps = {name: max(1, round(MEASURE_SECONDS / w)) for name, w in warm.items()}
         times: Dict[str, List[float]] = {p.candidate.name: [] for p in live}
         for index in range(rounds):
