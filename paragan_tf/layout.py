@@ -57,8 +57,8 @@ from paragan_tf.errors import ConfigError
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 SWITCHES = ("auto", "on", "off")
 # The CPU flags that decide a layout (a hardware signature lists only these).
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16",
-             "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd")
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
+             "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "neon", "asimd")
 ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
 THREAD_ENV = ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
@@ -215,7 +215,8 @@ def onednn_in_effect(hardware: Hardware) -> Optional[bool]:
     """Whether this process's TensorFlow runs oneDNN kernels (None: no switch here)."""
     if not hardware.x86_cpu:
         return None
-    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-direct-tensorflow-import,import-outside-toplevel
+    # TensorFlow's own switch, as it decided at start-up (no public API says it).
+    from tensorflow.python.util import _pywrap_util_port  # pylint: disable=all
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
