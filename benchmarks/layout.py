@@ -34,9 +34,7 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
     settings = experiment_lib.Settings.read()
     pins = layout_lib.configured()
     hardware = layout_lib.detect()
-    rule_precision = layout_lib.rule_precision(hardware)[0]
-    precision = pins.get("precision", "auto")
-    precision = rule_precision if precision == "auto" else precision
+    precision = layout_lib.run_precision(hardware, pins.get("precision", "auto"))
     progress("auto: what bin/train.py would use for this step")
     auto = layout_tuning.settle(settings, progress=progress)
     grid, notes = layout_tuning.candidates(hardware, pins, settings.strategy, precision)
@@ -50,7 +48,7 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
                                          auto.inter_op_threads, auto.precision or precision)
     else:
         chosen = rule
-    if pins.get("precision", "auto") == "auto" and rule_precision == "mixed_bfloat16":
+    if pins.get("precision", "auto") == "auto" and precision == "mixed_bfloat16":
         stage.append(dataclasses.replace(chosen, precision="float32"))
     for extra in (rule, chosen):
         if extra not in stage:

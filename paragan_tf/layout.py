@@ -313,6 +313,11 @@ def rule_precision(hardware: Hardware) -> Tuple[str, str]:
     return "float32", "no bfloat16 matrix unit found"
 
 
+def run_precision(hardware: Hardware, configured: str) -> str:
+    """The precision a run with `layout.precision=configured` gets by the rule."""
+    return rule_precision(hardware)[0] if configured == "auto" else configured
+
+
 @gin.configurable("layout", denylist=["hardware", "strategy", "measured"])
 def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None,
            precision: str = "auto", xla: str = "auto", round_channels: bool = False,

@@ -366,9 +366,7 @@ def settle(settings, allow_measuring: bool = True,
         return None
     pins = layout_lib.configured()
     hardware = layout_lib.detect()  # physical devices only: TensorFlow stays uninitialised
-    precision = pins.get("precision", "auto")
-    rule_precision = layout_lib.rule_precision(hardware)[0]
-    precision = rule_precision if precision == "auto" else precision
+    precision = layout_lib.run_precision(hardware, pins.get("precision", "auto"))
     key, facts = cache_key(hardware, step_shape(settings, precision))
     mode = pins.get("tune", "auto")
     if os.environ.get(TUNE_ENV) == "off":

@@ -123,13 +123,11 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
             skipped = metrics["health/skipped"] > 0.5
             with tf.control_dependencies([skipped]):
                 health.skipped.assign_add(tf.cast(skipped, tf.int64))
-                if "health/loss_scale_lowered" in metrics:  # mixed_float16: see the module doc
-                    diverging = tf.logical_and(skipped,
-                                               metrics["health/loss_scale_lowered"] < 0.5)
-                    health.consecutive.assign(tf.where(
-                        skipped, health.consecutive + tf.cast(diverging, tf.int64), 0))
-                else:
-                    health.consecutive.assign(tf.where(skipped, health.consecutive + 1, 0))
+                # A skip that lowered a float16 loss scale is not divergence (module doc).
+                lowered = metrics.get("health/loss_scale_lowered", 0.0) > 0.5
+                diverging = tf.logical_and(skipped, tf.logical_not(lowered))
+                health.consecutive.assign(tf.where(
+                    skipped, health.consecutive + tf.cast(diverging, tf.int64), 0))
             exp.ema.update(exp.step)
             exp.step.assign_add(1)
             totals = {k: totals[k] + tf.where(skipped, 0.0, tf.cast(metrics[k], tf.float32))
