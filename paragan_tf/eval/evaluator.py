@@ -218,8 +218,9 @@ class Evaluator:
         The first call per `name` makes the dataset, repeated, and traces the step; both are
         kept, and every call reads exactly one pass, so each evaluation sees the same
         examples. Kept because dropping a distributed iterator costs seconds in TensorFlow
-        2.21 (its destructor waits for tf.data's threads): 0.2-15 s for one pass over 2,500
-        latents, more than their generation, at every evaluation (measured 2026-11-24).
+        2.21 (its destructor waits for tf.data's threads), at every evaluation: 0.2-15 s a
+        pass, more than generating 2,500 latents, on 2 cores at 3.67 GHz on 2026-11-24
+        (`bin/bench.py --suite=eval_scaling`, commit e8fbd29; docs/benchmarks.md).
         Each fn reads only this evaluator's fixed models, never per-call values.
 
         Every example carries its position in the pass, checked on the way out: short data
@@ -252,7 +253,8 @@ class Evaluator:
             for i in range(batches):
                 parts.append(step(next(iterator)))
                 if time.monotonic() - last_log > PROGRESS_SECONDS and i + 1 < batches:
-                    # Long on a CPU (Inception: ~17 images/s on 2 cores): say how far.
+                    # Long on a CPU (the float32 FID Inception: 18-25 images/s on the
+                    # 2-core machines of docs/benchmarks.md's eval suite): say how far.
                     last_log = time.monotonic()
                     done = min(n, (i + 1) * batch)
                     logging.info("%s: %d of %d (%.0f s, about %.0f s to go)", name, done, n,
