@@ -25,10 +25,10 @@ TF_NUM_INTEROP_THREADS set by the user), and the thread counts of strategy.* are
 never overridden.
 
 oneDNN and the thread counts are process settings read when TensorFlow starts:
-`environment()` names the variables a process needs, and bin/train.py restarts
-itself with them before it builds anything. XLA never works under MirroredStrategy
-on logical CPU devices or inside ParameterServerStrategy closures; asking for it
-there is an error, and the tuner does not try it (the log says why).
+`layout_env.environment()` names the variables a process needs, and bin/train.py
+restarts itself with them before it builds anything. XLA never works under
+MirroredStrategy on logical CPU devices or inside ParameterServerStrategy closures;
+asking for it there is an error, and the tuner does not try it (the log says why).
 
 Under mixed precision only the matrix work runs in the half type. Variables, the
 optimizer state (slots of float32 variables), the spectral-norm power iteration,
@@ -220,58 +220,9 @@ def onednn_in_effect(hardware: Hardware) -> Optional[bool]:
     return bool(_pywrap_util_port.IsMklEnabled())
 
 
-# TensorFlow turns oneDNN on by default on Linux x86 CPUs with any of these (its
-# util.cc, DefaultOneDnnPolicy); elsewhere it is off unless TF_ENABLE_ONEDNN_OPTS=1.
-ONEDNN_DEFAULT_FLAGS = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_int8",
-                        "amx_bf16")
-
-
-def onednn_default(hardware: Hardware) -> Optional[bool]:
-    """oneDNN as TensorFlow starts without TF_ENABLE_ONEDNN_OPTS (None: no switch here)."""
-    if not hardware.x86_cpu:
-        return None
-    return any(flag in hardware.cpu_features for flag in ONEDNN_DEFAULT_FLAGS)
-
-
 def threads_in_effect() -> Tuple[int, int]:
     """The intra- and inter-op thread counts this process was started with (0: default)."""
     return tuple(int(os.environ.get(name) or 0) for name in THREAD_ENV)  # type: ignore
-
-
-def environment_pins() -> Dict[str, str]:
-    """The process settings the user's environment fixes (never overridden)."""
-    return {name: os.environ[name] for name in (ONEDNN_ENV,) + THREAD_ENV
-            if os.environ.get(name) and not os.environ.get("PARAGAN_TF_LAYOUT_SET_" + name)}
-
-
-def environment(hardware: Hardware, onednn: str = "auto",
-                measured: Optional[Measured] = None,
-                threads_pinned: bool = False) -> Dict[str, str]:
-    """The environment variables a process needs for its layout (before TensorFlow loads).
-
-    A pinned `layout.onednn` comes first, then the measurement; thread counts only when
-    strategy.intra_op_threads/inter_op_threads do not pin them (the strategy sets those
-    itself); variables the user set are left alone (environment_pins). Empty when
-    TensorFlow's defaults are what was chosen.
-    """
-    if onednn not in SWITCHES:
-        raise ConfigError(f"layout.onednn={onednn!r} must be auto, on or off")
-    wanted: Dict[str, str] = {}
-    if hardware.x86_cpu:
-        if onednn != "auto":
-            wanted[ONEDNN_ENV] = "1" if onednn == "on" else "0"
-        elif measured is not None and measured.onednn is not None:
-            wanted[ONEDNN_ENV] = "1" if measured.onednn else "0"
-    elif onednn != "auto":
-        raise ConfigError(f"layout.onednn={onednn!r}: oneDNN's switch exists on x86 CPUs "
-                          f"only; this is {hardware.accelerator} ({hardware.cpu_model})")
-    if measured is not None and not threads_pinned:
-        for name, value in zip(THREAD_ENV, (measured.intra_op_threads,
-                                            measured.inter_op_threads)):
-            if value:
-                wanted[name] = str(value)
-    pins = environment_pins()
-    return {k: v for k, v in wanted.items() if k not in pins}
 
 
 def configured() -> Dict[str, object]:
@@ -335,9 +286,9 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
         (changes the architecture: parameter counts grow, checkpoints differ).
       channel_multiple: the multiple to round to; 0 takes the unit's.
       onednn: auto, on or off (x86 CPUs): TensorFlow's oneDNN kernels. A process
-        setting: bin/train.py starts TensorFlow with it (`environment`). Thread
-        counts are pinned by strategy.intra_op_threads/inter_op_threads; left at 0,
-        `auto` takes the measured ones.
+        setting: bin/train.py starts TensorFlow with it (`layout_env.environment`).
+        Thread counts are pinned by strategy.intra_op_threads/inter_op_threads; left
+        at 0, `auto` takes the measured ones.
       tune: auto (measure the step once per machine and step shape, then use the
         cache), off (rules and the cache only) or again (re-measure now).
         Read by train/layout_tuning.py.

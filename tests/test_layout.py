@@ -10,6 +10,7 @@ import tf_keras as keras
 
 from conftest import mirrored_2
 from paragan_tf import layout as layout_lib
+from paragan_tf import layout_env
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.train import experiment
@@ -84,32 +85,32 @@ def test_process_settings_come_from_pins_then_the_measurement(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     measured = layout_lib.Measured(xla=False, onednn=True, intra_op_threads=2,
                                    inter_op_threads=1)
-    assert layout_lib.environment(CPU_AVX2, measured=measured) == {
+    assert layout_env.environment(CPU_AVX2, measured=measured) == {
         "TF_ENABLE_ONEDNN_OPTS": "1", "TF_NUM_INTRAOP_THREADS": "2",
         "TF_NUM_INTEROP_THREADS": "1"}
     # strategy.intra_op_threads/inter_op_threads pin the threads: the strategy sets them.
-    assert layout_lib.environment(CPU_AVX2, measured=measured, threads_pinned=True) == {
+    assert layout_env.environment(CPU_AVX2, measured=measured, threads_pinned=True) == {
         "TF_ENABLE_ONEDNN_OPTS": "1"}
-    assert layout_lib.environment(CPU_AVX2, onednn="off", measured=measured)[
+    assert layout_env.environment(CPU_AVX2, onednn="off", measured=measured)[
         "TF_ENABLE_ONEDNN_OPTS"] == "0"
-    assert layout_lib.environment(CPU_AVX2) == {}  # no measurement: TensorFlow's defaults
+    assert layout_env.environment(CPU_AVX2) == {}  # no measurement: TensorFlow's defaults
     # What the user's environment sets is theirs: never in what we would set.
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
-    assert "TF_ENABLE_ONEDNN_OPTS" not in layout_lib.environment(CPU_AVX2, measured=measured)
+    assert "TF_ENABLE_ONEDNN_OPTS" not in layout_env.environment(CPU_AVX2, measured=measured)
     # ...unless our own restart set it (marked so).
     monkeypatch.setenv("PARAGAN_TF_LAYOUT_SET_TF_ENABLE_ONEDNN_OPTS", "1")
-    assert "TF_ENABLE_ONEDNN_OPTS" in layout_lib.environment(CPU_AVX2, measured=measured)
+    assert "TF_ENABLE_ONEDNN_OPTS" in layout_env.environment(CPU_AVX2, measured=measured)
     with pytest.raises(ConfigError, match="x86 CPUs only"):
-        layout_lib.environment(GPU_AMPERE, onednn="on")
+        layout_env.environment(GPU_AMPERE, onednn="on")
     with pytest.raises(ConfigError, match="layout.onednn"):
-        layout_lib.environment(CPU_AVX2, onednn="yes")
+        layout_env.environment(CPU_AVX2, onednn="yes")
 
 
 def test_onednn_default_follows_tensorflows_rule_and_a_mismatch_is_refused():
-    assert layout_lib.onednn_default(CPU_AVX2) is False
-    assert layout_lib.onednn_default(CPU_AVX512_BF16) is True
-    assert layout_lib.onednn_default(CPU_AMX) is True
-    assert layout_lib.onednn_default(GPU_AMPERE) is None
+    assert layout_env.onednn_default(CPU_AVX2) is False
+    assert layout_env.onednn_default(CPU_AVX512_BF16) is True
+    assert layout_env.onednn_default(CPU_AMX) is True
+    assert layout_env.onednn_default(GPU_AMPERE) is None
     in_effect = layout_lib.onednn_in_effect(CPU_AVX2)
     other = "off" if in_effect else "on"
     with pytest.raises(ConfigError, match="set TF_ENABLE_ONEDNN_OPTS"):

@@ -14,6 +14,7 @@ import pytest
 from clusters import run_while_progressing
 from conftest import PYTHON, REPO, relative
 from paragan_tf import layout as layout_lib
+from paragan_tf import layout_env
 from paragan_tf.train import experiment
 from paragan_tf.train import layout_tuning
 
@@ -177,7 +178,7 @@ def test_train_tunes_in_child_processes_restarts_and_then_reads_the_cache(tmp_pa
     to the opposite of TensorFlow's default for this CPU): TensorFlow's thread counts
     against one inter-op thread, timed in child processes, the choice cached, bin/train.py
     restarted for the pinned oneDNN, and a second run reading the cache."""
-    default = layout_lib.onednn_default(layout_lib.detect())
+    default = layout_env.onednn_default(layout_lib.detect())
     assert default is not None, "this test needs an x86 CPU (oneDNN's switch)"
     pinned = "off" if default else "on"
     cache = tmp_path / "layouts.json"

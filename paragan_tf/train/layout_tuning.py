@@ -44,6 +44,7 @@ import tensorflow as tf
 
 from paragan_tf import layout as layout_lib
 from paragan_tf import layout_cache
+from paragan_tf import layout_env
 from paragan_tf.errors import ConfigError
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
@@ -129,7 +130,7 @@ def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
     """The first stage's candidates (XLA x oneDNN) and why anything was not tried;
     `strategy`: the run's StrategyConfig (its kind, its pinned thread counts)."""
     notes, kind = [], strategy.kind
-    env_pins = layout_lib.environment_pins()
+    env_pins = layout_env.environment_pins()
     if pins.get("xla", "auto") != "auto":
         xlas = [pins["xla"] == "on"]
         notes.append(f"XLA pinned {pins['xla']} (layout.xla)")
@@ -138,7 +139,7 @@ def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
         notes.append("XLA not tried: MirroredStrategy on CPU devices does not support XLA")
     else:
         xlas = [False, True]
-    default = layout_lib.onednn_default(hardware)
+    default = layout_env.onednn_default(hardware)
     if default is None:
         onednns: List[Optional[bool]] = [None]
         notes.append(f"oneDNN not tried: no switch on {hardware.accelerator} "
@@ -165,7 +166,7 @@ def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) ->
     measured): XLA on accelerators only, TensorFlow's default oneDNN, where each is a
     candidate; otherwise what the stage pins."""
     xla = hardware.accelerator in ("gpu", "tpu")
-    onednn = layout_lib.onednn_default(hardware)
+    onednn = layout_env.onednn_default(hardware)
     return dataclasses.replace(
         stage[0], xla=xla if any(c.xla == xla for c in stage) else stage[0].xla,
         onednn=onednn if any(c.onednn == onednn for c in stage) else stage[0].onednn)
@@ -408,7 +409,7 @@ def restart_environment(settings, measured: Optional[layout_lib.Measured]
         return {}  # TensorFlow's defaults: nothing to detect or set
     hardware = layout_lib.detect()
     strategy = settings.strategy
-    wanted = layout_lib.environment(
+    wanted = layout_env.environment(
         hardware, onednn=pins.get("onednn", "auto"), measured=measured,
         threads_pinned=bool(strategy.intra_op_threads or strategy.inter_op_threads))
     current = {layout_lib.ONEDNN_ENV: None}
