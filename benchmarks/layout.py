@@ -23,6 +23,7 @@ from paragan_tf import layout as layout_lib
 from paragan_tf import layout_cache
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import layout_candidates
 from paragan_tf.train import layout_tuning
 
 
@@ -37,15 +38,15 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
     precision = layout_lib.run_precision(hardware, pins.get("precision", "auto"))
     progress("auto: what bin/train.py would use for this step")
     auto = layout_tuning.settle(settings, progress=progress)
-    grid, notes = layout_tuning.candidates(hardware, pins, settings.strategy, precision)
+    grid, notes = layout_candidates.candidates(hardware, pins, settings.strategy, precision)
     stage = list(grid)
     if hardware.cores >= 2 and not any(c.intra_op_threads or c.inter_op_threads for c in grid):
         stage += [dataclasses.replace(c, intra_op_threads=hardware.cores, inter_op_threads=1)
                   for c in grid]
-    rule = layout_tuning.rule_candidate(hardware, grid)
+    rule = layout_candidates.rule_candidate(hardware, grid)
     if auto is not None:
-        chosen = layout_tuning.Candidate(auto.xla, auto.onednn, auto.intra_op_threads,
-                                         auto.inter_op_threads, auto.precision or precision)
+        chosen = layout_candidates.Candidate(auto.xla, auto.onednn, auto.intra_op_threads,
+                                             auto.inter_op_threads, auto.precision or precision)
     else:
         chosen = rule
     if pins.get("precision", "auto") == "auto" and precision == "mixed_bfloat16":

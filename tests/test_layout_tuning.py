@@ -16,9 +16,10 @@ from conftest import PYTHON, REPO, relative
 from paragan_tf import layout as layout_lib
 from paragan_tf import layout_env
 from paragan_tf.train import experiment
+from paragan_tf.train import layout_candidates
 from paragan_tf.train import layout_tuning
 
-Candidate = layout_tuning.Candidate
+Candidate = layout_candidates.Candidate
 CPU_AVX2 = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "fma"}),
                                cpu_model="AMD EPYC (family 25 model 1)", cores=2)
 CPU_AVX512_BF16 = layout_lib.Hardware("cpu", frozenset({"avx2", "avx512f", "avx512_bf16",
@@ -50,7 +51,7 @@ def no_env_pins(monkeypatch):
     (GPU_AMPERE, [None], [False, True]),
 ])
 def test_first_stage_is_xla_by_onednn(no_env_pins, hardware, onednns, xlas):
-    stage, notes = layout_tuning.candidates(hardware, {}, _strategy(), "float32")
+    stage, notes = layout_candidates.candidates(hardware, {}, _strategy(), "float32")
     assert [(c.onednn, c.xla) for c in stage] == [(o, x) for o in onednns for x in xlas]
     assert all(c.intra_op_threads == 0 == c.inter_op_threads for c in stage)
     assert ("oneDNN not tried" in " ".join(notes)) == (onednns == [None])
@@ -58,32 +59,32 @@ def test_first_stage_is_xla_by_onednn(no_env_pins, hardware, onednns, xlas):
 
 def test_pinned_and_impossible_candidates_are_not_tried_and_the_notes_say_why(
         no_env_pins, monkeypatch):
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {"xla": "off"}, _strategy(), "float32")
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {"xla": "off"}, _strategy(), "float32")
     assert [c.xla for c in stage] == [False, False] and "XLA pinned off" in notes[0]
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, _strategy("mirrored"), "float32")
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {}, _strategy("mirrored"), "float32")
     assert not any(c.xla for c in stage) and "does not support XLA" in notes[0]
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {"onednn": "on"}, _strategy(),
-                                            "float32")
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {"onednn": "on"}, _strategy(),
+                                                "float32")
     assert {c.onednn for c in stage} == {True} and "layout.onednn" in notes[0]
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, _strategy(intra=1), "float32")
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {}, _strategy(intra=1), "float32")
     assert {c.intra_op_threads for c in stage} == {1} and "strategy" in notes[-1]
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # the user's: a pin
-    stage, notes = layout_tuning.candidates(CPU_AVX2, {}, _strategy(), "float32")
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {}, _strategy(), "float32")
     assert {c.onednn for c in stage} == {False} and "TF_ENABLE_ONEDNN_OPTS=0" in notes[0]
 
 
 def test_second_stage_tries_threads_and_float32_against_the_winner():
     winner = Candidate(True, True, 0, 0, "mixed_bfloat16")
-    stage, _ = layout_tuning.second_stage(winner, CPU_AVX512_BF16, {}, "mixed_bfloat16")
+    stage, _ = layout_candidates.second_stage(winner, CPU_AVX512_BF16, {}, "mixed_bfloat16")
     assert stage == [winner, Candidate(True, True, 2, 1, "mixed_bfloat16"),
                      Candidate(True, True, 0, 0, "float32")]
     # A pinned precision is not second-guessed; float32 by the rule has no variant.
-    stage, _ = layout_tuning.second_stage(winner, CPU_AVX512_BF16,
-                                          {"precision": "mixed_bfloat16"}, "mixed_bfloat16")
+    stage, _ = layout_candidates.second_stage(winner, CPU_AVX512_BF16,
+                                              {"precision": "mixed_bfloat16"}, "mixed_bfloat16")
     assert all(c.precision == "mixed_bfloat16" for c in stage)
     one_core = layout_lib.Hardware("cpu", frozenset({"avx2"}), cores=1)
-    stage, notes = layout_tuning.second_stage(Candidate(False, False, 0, 0, "float32"),
-                                              one_core, {}, "float32")
+    stage, notes = layout_candidates.second_stage(Candidate(False, False, 0, 0, "float32"),
+                                                  one_core, {}, "float32")
     assert len(stage) == 1 and "one core" in notes[0]
 
 

@@ -8,11 +8,12 @@ counts must be set before TensorFlow loads, so every candidate is a child proces
 times steps when asked: the parent asks A B C D, A B C D, ... (interleaved rounds,
 so a noisy neighbour hits every candidate alike) and takes each candidate's median.
 
-Two stages: first XLA x oneDNN at TensorFlow's thread counts; then the winner
-against itself with one inter-op thread, and against float32 where the rule picked
-bfloat16 (the rule stands unless bfloat16 is timed slower). The whole tuning keeps
-to `layout.tune_seconds` (90 s by default): a stage that would not fit is skipped,
-and the log says so. One line per candidate and one for the choice go to the log.
+Two stages (their candidates: train/layout_candidates.py): first XLA x oneDNN at
+TensorFlow's thread counts; then the winner against itself with one inter-op thread,
+and against float32 where the rule picked bfloat16 (the rule stands unless bfloat16
+is timed slower). The whole tuning keeps to `layout.tune_seconds` (90 s by default):
+a stage that would not fit is skipped, and the log says so. One line per candidate
+and one for the choice go to the log.
 
 The result is kept in a readable JSON cache (paragan_tf/layout_cache.py), keyed by
 the hardware signature, TensorFlow's version and the step's shape; `layout.tune='auto'` measures only when the key has
@@ -46,50 +47,12 @@ from paragan_tf import layout as layout_lib
 from paragan_tf import layout_cache
 from paragan_tf import layout_env
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import layout_candidates
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
 TUNE_ENV = "PARAGAN_TF_LAYOUT_TUNE"  # "off": never measure (test suites set it)
 MEASURE_SECONDS = 1.5  # the length of one timing of one candidate
 STARTUP_TIMEOUT = 900  # seconds for a child to build and compile its step
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """One setting of what tuning may choose."""
-
-    xla: bool
-    onednn: Optional[bool]
-    intra_op_threads: int = 0
-    inter_op_threads: int = 0
-    precision: str = ""
-
-    @property
-    def name(self) -> str:
-        parts = [f"xla={'on' if self.xla else 'off'}"]
-        if self.onednn is not None:
-            parts.append(f"onednn={'on' if self.onednn else 'off'}")
-        parts.append(f"threads={self.intra_op_threads or 'default'}/"
-                     f"{self.inter_op_threads or 'default'}")
-        parts.append(self.precision)
-        return ",".join(parts)
-
-    def environment(self) -> Dict[str, str]:
-        env = {}
-        if self.onednn is not None:
-            env[layout_lib.ONEDNN_ENV] = "1" if self.onednn else "0"
-        for name, value in zip(layout_lib.THREAD_ENV,
-                               (self.intra_op_threads, self.inter_op_threads)):
-            if value:
-                env[name] = str(value)
-        return env
-
-    def measured(self, source: str, seconds: Optional[float], run_precision: str
-                 ) -> layout_lib.Measured:
-        return layout_lib.Measured(
-            xla=self.xla, onednn=self.onednn, intra_op_threads=self.intra_op_threads,
-            inter_op_threads=self.inter_op_threads,
-            precision=self.precision if self.precision != run_precision else None,
-            source=source, seconds_per_step=seconds)
 
 
 def _bound(selector: str, default):
@@ -125,73 +88,11 @@ def cached(key: str) -> Optional[dict]:
         return entries.get(key)
 
 
-def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
-               precision: str) -> Tuple[List[Candidate], List[str]]:
-    """The first stage's candidates (XLA x oneDNN) and why anything was not tried;
-    `strategy`: the run's StrategyConfig (its kind, its pinned thread counts)."""
-    notes, kind = [], strategy.kind
-    env_pins = layout_env.environment_pins()
-    if pins.get("xla", "auto") != "auto":
-        xlas = [pins["xla"] == "on"]
-        notes.append(f"XLA pinned {pins['xla']} (layout.xla)")
-    elif hardware.accelerator == "cpu" and kind == "mirrored":
-        xlas = [False]
-        notes.append("XLA not tried: MirroredStrategy on CPU devices does not support XLA")
-    else:
-        xlas = [False, True]
-    default = layout_env.onednn_default(hardware)
-    if default is None:
-        onednns: List[Optional[bool]] = [None]
-        notes.append(f"oneDNN not tried: no switch on {hardware.accelerator} "
-                     f"({hardware.cpu_model})")
-    elif layout_lib.ONEDNN_ENV in env_pins:
-        onednns = [env_pins[layout_lib.ONEDNN_ENV] not in ("0", "false", "False")]
-        notes.append(f"oneDNN pinned by {layout_lib.ONEDNN_ENV}="
-                     f"{env_pins[layout_lib.ONEDNN_ENV]}")
-    elif pins.get("onednn", "auto") != "auto":
-        onednns = [pins["onednn"] == "on"]
-        notes.append(f"oneDNN pinned {pins['onednn']} (layout.onednn)")
-    else:
-        onednns = [default, not default]  # TensorFlow's default for this CPU first
-    env = [int(env_pins.get(name) or 0) for name in layout_lib.THREAD_ENV]
-    threads = (strategy.intra_op_threads or env[0], strategy.inter_op_threads or env[1])
-    if any(threads):
-        notes.append(f"thread counts pinned {threads[0] or 'default'}/"
-                     f"{threads[1] or 'default'} (strategy.*_op_threads or the environment)")
-    return [Candidate(x, o, *threads, precision) for o in onednns for x in xlas], notes
-
-
-def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) -> Candidate:
-    """Of the first stage, the one the rules alone give (what `auto` was before it
-    measured): XLA on accelerators only, TensorFlow's default oneDNN, where each is a
-    candidate; otherwise what the stage pins."""
-    xla = hardware.accelerator in ("gpu", "tpu")
-    onednn = layout_env.onednn_default(hardware)
-    return dataclasses.replace(
-        stage[0], xla=xla if any(c.xla == xla for c in stage) else stage[0].xla,
-        onednn=onednn if any(c.onednn == onednn for c in stage) else stage[0].onednn)
-
-
-def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[str, object],
-                 rule_precision: str) -> Tuple[List[Candidate], List[str]]:
-    """The winner against its variants: one inter-op thread; float32 in place of bfloat16."""
-    notes, out = [], [winner]
-    if winner.intra_op_threads or winner.inter_op_threads:
-        notes.append("thread counts pinned")
-    elif hardware.cores < 2:
-        notes.append("thread counts not tried: one core")
-    else:
-        out.append(dataclasses.replace(winner, intra_op_threads=hardware.cores,
-                                       inter_op_threads=1))
-    if pins.get("precision", "auto") == "auto" and rule_precision == "mixed_bfloat16":
-        out.append(dataclasses.replace(winner, precision="float32"))
-    return out, notes
-
-
 class _Probe:
     """A child process holding one candidate's built and compiled step."""
 
-    def __init__(self, candidate: Candidate, config_file: str, count_flops: bool = False):
+    def __init__(self, candidate: layout_candidates.Candidate, config_file: str,
+                 count_flops: bool = False):
         self.candidate = candidate
         # The candidate's process settings alone (it carries the user's pins), not this
         # process's, which may come from an earlier choice.
@@ -237,8 +138,8 @@ class _Probe:
             self.process.kill()
 
 
-def measure(stage: Sequence[Candidate], config_file: str, rounds: int, deadline: float,
-            progress: Callable[[str], None]) -> List[dict]:
+def measure(stage: Sequence[layout_candidates.Candidate], config_file: str, rounds: int,
+            deadline: float, progress: Callable[[str], None]) -> List[dict]:
     """Each candidate's step seconds over interleaved rounds (as many as `deadline` allows,
     at least one, at most `rounds`): a row per candidate."""
     probes = [_Probe(c, config_file, count_flops=i == 0) for i, c in enumerate(stage)]
@@ -314,10 +215,11 @@ def fastest(rows: Sequence[dict]) -> dict:
 
 def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
          precision: str, budget_seconds: float, rounds: int = 3,
-         progress: Callable[[str], None] = logging.info) -> Tuple[Candidate, dict]:
+         progress: Callable[[str], None] = logging.info
+         ) -> Tuple[layout_candidates.Candidate, dict]:
     """Measures the candidates for the parsed gin config; (the fastest, the record)."""
     deadline = time.monotonic() + budget_seconds
-    stage, notes = candidates(hardware, pins, settings.strategy, precision)
+    stage, notes = layout_candidates.candidates(hardware, pins, settings.strategy, precision)
     for note in notes:
         progress(f"layout tuning: {note}")
     record = dict(stages=[], notes=notes)
@@ -330,8 +232,8 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
             rows = measure(stage, config_file, rounds, deadline, progress)
             record["stages"].append(rows)
             _report(rows, progress)
-            winner = Candidate(**fastest(rows)["candidate"])
-        second, more = second_stage(winner, hardware, pins, precision)
+            winner = layout_candidates.Candidate(**fastest(rows)["candidate"])
+        second, more = layout_candidates.second_stage(winner, hardware, pins, precision)
         record["notes"] += more
         spent = time.monotonic() - started
         if len(second) > 1:
@@ -342,7 +244,7 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
                 rows = measure(second, config_file, rounds, deadline, progress)
                 record["stages"].append(rows)
                 _report(rows, progress)
-                winner = Candidate(**fastest(rows)["candidate"])
+                winner = layout_candidates.Candidate(**fastest(rows)["candidate"])
     record["seconds"] = round(time.monotonic() - started, 1)
     return winner, record
 
@@ -374,7 +276,7 @@ def settle(settings, allow_measuring: bool = True,
         mode = "off" if mode != "again" else mode
     entry = cached(key)
     if entry and mode != "again":
-        chosen = Candidate(**entry["choice"])
+        chosen = layout_candidates.Candidate(**entry["choice"])
         progress(f"layout: {chosen.name} from the cache {layout_cache.path()} (key {key}, "
                  f"measured {entry['date']})")
         return chosen.measured("cache", entry.get("seconds_per_step"), precision)
@@ -390,7 +292,7 @@ def settle(settings, allow_measuring: bool = True,
                           float(pins.get("tune_seconds", 90.0)), progress=progress)
     rows = [r for stage in record["stages"] for r in stage]
     seconds = next((r["seconds_per_step"] for r in rows
-                    if Candidate(**r["candidate"]) == winner), None)
+                    if layout_candidates.Candidate(**r["candidate"]) == winner), None)
     flops = next((r["train_step_flops"] for r in rows if r.get("train_step_flops")), None)
     progress(f"layout tuning chose {winner.name} ({seconds or float('nan'):.3f} s/step) in "
              f"{record['seconds']:.0f} s; cached in {layout_cache.path()} (key {key})")

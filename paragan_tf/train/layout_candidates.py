@@ -1,0 +1,120 @@
+"""What layout tuning may choose (train/layout_tuning.py times them): the candidates.
+
+A `Candidate` is one setting of XLA, oneDNN, the thread counts and the precision, with
+the environment its child process starts TensorFlow with. The stages decide which
+candidates are worth timing on this hardware under the user's pins: XLA x oneDNN
+first, then the winner against one inter-op thread and against float32; anything pinned
+or impossible is left out, and the notes say why. `rule_candidate` names the one the
+rules alone would pick. Nothing here starts a process or times a step, so the choice of
+candidates is tested, and read by benchmarks/layout.py, without measuring anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from paragan_tf import layout as layout_lib
+from paragan_tf import layout_env
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One setting of what tuning may choose."""
+
+    xla: bool
+    onednn: Optional[bool]
+    intra_op_threads: int = 0
+    inter_op_threads: int = 0
+    precision: str = ""
+
+    @property
+    def name(self) -> str:
+        parts = [f"xla={'on' if self.xla else 'off'}"]
+        if self.onednn is not None:
+            parts.append(f"onednn={'on' if self.onednn else 'off'}")
+        parts.append(f"threads={self.intra_op_threads or 'default'}/"
+                     f"{self.inter_op_threads or 'default'}")
+        parts.append(self.precision)
+        return ",".join(parts)
+
+    def environment(self) -> Dict[str, str]:
+        env = {}
+        if self.onednn is not None:
+            env[layout_lib.ONEDNN_ENV] = "1" if self.onednn else "0"
+        for name, value in zip(layout_lib.THREAD_ENV,
+                               (self.intra_op_threads, self.inter_op_threads)):
+            if value:
+                env[name] = str(value)
+        return env
+
+    def measured(self, source: str, seconds: Optional[float], run_precision: str
+                 ) -> layout_lib.Measured:
+        return layout_lib.Measured(
+            xla=self.xla, onednn=self.onednn, intra_op_threads=self.intra_op_threads,
+            inter_op_threads=self.inter_op_threads,
+            precision=self.precision if self.precision != run_precision else None,
+            source=source, seconds_per_step=seconds)
+
+
+def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
+               precision: str) -> Tuple[List[Candidate], List[str]]:
+    """The first stage's candidates (XLA x oneDNN) and why anything was not tried;
+    `strategy`: the run's StrategyConfig (its kind, its pinned thread counts)."""
+    notes, kind = [], strategy.kind
+    env_pins = layout_env.environment_pins()
+    if pins.get("xla", "auto") != "auto":
+        xlas = [pins["xla"] == "on"]
+        notes.append(f"XLA pinned {pins['xla']} (layout.xla)")
+    elif hardware.accelerator == "cpu" and kind == "mirrored":
+        xlas = [False]
+        notes.append("XLA not tried: MirroredStrategy on CPU devices does not support XLA")
+    else:
+        xlas = [False, True]
+    default = layout_env.onednn_default(hardware)
+    if default is None:
+        onednns: List[Optional[bool]] = [None]
+        notes.append(f"oneDNN not tried: no switch on {hardware.accelerator} "
+                     f"({hardware.cpu_model})")
+    elif layout_lib.ONEDNN_ENV in env_pins:
+        onednns = [env_pins[layout_lib.ONEDNN_ENV] not in ("0", "false", "False")]
+        notes.append(f"oneDNN pinned by {layout_lib.ONEDNN_ENV}="
+                     f"{env_pins[layout_lib.ONEDNN_ENV]}")
+    elif pins.get("onednn", "auto") != "auto":
+        onednns = [pins["onednn"] == "on"]
+        notes.append(f"oneDNN pinned {pins['onednn']} (layout.onednn)")
+    else:
+        onednns = [default, not default]  # TensorFlow's default for this CPU first
+    env = [int(env_pins.get(name) or 0) for name in layout_lib.THREAD_ENV]
+    threads = (strategy.intra_op_threads or env[0], strategy.inter_op_threads or env[1])
+    if any(threads):
+        notes.append(f"thread counts pinned {threads[0] or 'default'}/"
+                     f"{threads[1] or 'default'} (strategy.*_op_threads or the environment)")
+    return [Candidate(x, o, *threads, precision) for o in onednns for x in xlas], notes
+
+
+def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) -> Candidate:
+    """Of the first stage, the one the rules alone give (what `auto` was before it
+    measured): XLA on accelerators only, TensorFlow's default oneDNN, where each is a
+    candidate; otherwise what the stage pins."""
+    xla = hardware.accelerator in ("gpu", "tpu")
+    onednn = layout_env.onednn_default(hardware)
+    return dataclasses.replace(
+        stage[0], xla=xla if any(c.xla == xla for c in stage) else stage[0].xla,
+        onednn=onednn if any(c.onednn == onednn for c in stage) else stage[0].onednn)
+
+
+def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[str, object],
+                 rule_precision: str) -> Tuple[List[Candidate], List[str]]:
+    """The winner against its variants: one inter-op thread; float32 in place of bfloat16."""
+    notes, out = [], [winner]
+    if winner.intra_op_threads or winner.inter_op_threads:
+        notes.append("thread counts pinned")
+    elif hardware.cores < 2:
+        notes.append("thread counts not tried: one core")
+    else:
+        out.append(dataclasses.replace(winner, intra_op_threads=hardware.cores,
+                                       inter_op_threads=1))
+    if pins.get("precision", "auto") == "auto" and rule_precision == "mixed_bfloat16":
+        out.append(dataclasses.replace(winner, precision="float32"))
+    return out, notes
