@@ -17,6 +17,10 @@ chip, whose two cores act as one device):
                     see INPUT_PER_HOST)
   family            efficiencies are calibrated per family (EFFICIENCY)
 
+The measured and fitted numbers below (the input rate per core, the gpu and tpu
+efficiencies) come from scale/calibration.py, which records each one's machine or
+published run, date and command.
+
 Efficiency is the fraction of the datasheet peak a BigGAN train step reaches:
 one number per family and precision, calibrated from one published run each
 (docs/scale.md; tests/test_plan.py re-derives them from the published numbers
@@ -50,15 +54,16 @@ import gin
 from paragan_tf import layout as layout_lib
 from paragan_tf import layout_cache
 from paragan_tf.errors import ConfigError
+from paragan_tf.scale import calibration
 from paragan_tf.scale import cpu_peak
 
 # A host's input pipeline: images/s one core decodes (a ~430x640 JPEG) and resizes to
-# 128 px, measured by benchmarks/probes/jpeg_decode_rate.py (one thread, tf.data) on the
-# 2-core AMD EPYC Zen 4, 2026-11-26, times the cores of a typical accelerator host (our
-# reading: DGX-1 has 40 cores, DGX A100 128, a TPU v3 host 48): planning numbers, not
-# datasheet ones; override `input_per_host` in gin. Prepared records (bin/
-# prepare_dataset.py) skip the decode and read faster.
-INPUT_PER_CORE = 500.0
+# 128 px (measured: calibration.TABLE["input_images_per_core"], with its machine and
+# date), times the cores of a typical accelerator host (our reading: DGX-1 has 40 cores,
+# DGX A100 128, a TPU v3 host 48): planning numbers, not datasheet ones; override
+# `input_per_host` in gin. Prepared records (bin/prepare_dataset.py) skip the decode and
+# read faster.
+INPUT_PER_CORE = calibration.INPUT_IMAGES_PER_CORE
 INPUT_CORES_PER_HOST = 64
 INPUT_PER_HOST = INPUT_PER_CORE * INPUT_CORES_PER_HOST
 
@@ -107,11 +112,14 @@ CATALOGUE: Dict[str, Device] = {d.name: d for d in (
            "1.1 PB/s all-reduce bandwidth (268 GB/s per chip); one host feeds 4 chips"),
 )}
 
-# Fraction of the datasheet peak a BigGAN step reaches, per (family, precision); see the
-# module doc for where each comes from (tests/test_plan.py re-derives gpu and tpu).
-EFFICIENCY = {("gpu", "float32"): 0.64, ("gpu", "mixed_bfloat16"): 0.64,
-              ("gpu", "mixed_float16"): 0.64, ("tpu", "mixed_bfloat16"): 0.037,
-              ("tpu", "float32"): 0.037}
+# Fraction of the datasheet peak a BigGAN step reaches, per (family, precision): one fitted
+# value per family (calibration.TABLE; the module doc says from which run; tests/
+# test_plan.py re-derives both), used at every precision of the family.
+EFFICIENCY = {("gpu", "float32"): calibration.EFFICIENCY_GPU,
+              ("gpu", "mixed_bfloat16"): calibration.EFFICIENCY_GPU,
+              ("gpu", "mixed_float16"): calibration.EFFICIENCY_GPU,
+              ("tpu", "mixed_bfloat16"): calibration.EFFICIENCY_TPU,
+              ("tpu", "float32"): calibration.EFFICIENCY_TPU}
 
 
 # What each calibration does not cover, printed with every plan that leans on it.

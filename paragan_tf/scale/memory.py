@@ -22,8 +22,9 @@ real+fake concatenation, twice it) are per-example, the rest fixed, so the
 peak at any batch is the maximum over the replay of fixed + per-example x
 batch. The largest batch that fits a memory budget follows. What the replay
 does not see (the runtime's scratch buffers and reordered copies, an executor
-running independent ops at once) is the measured RUNTIME_FACTOR;
-benchmarks/memory.py measures the real peak beside this estimate.
+running independent ops at once) is the measured RUNTIME_FACTOR (scale/calibration.py:
+its machine, date and command); benchmarks/memory.py measures the real peak beside this
+estimate.
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf.scale import calibration
+
 PROBE_BATCH = 7  # odd and prime: no kernel, channel or class axis is mistaken for it
 GIB = 1024 ** 3
-# The runtime holds more than the replayed live bytes: measured on the 2-core AMD EPYC
-# (Zen 4) CPU with TF 2.21 and oneDNN, the step's peak beyond the fixed state was
-# 1.17-1.54x the replay (mean ~1.4) at 128-512 px, batch 1-2, with and without
-# recompute (oneDNN's reordered copies of conv inputs and weights, the next
-# update's ops started while the last one finishes). `bin/bench.py --suite=memory`
-# re-measures it; GPUs and TPUs have other runtimes, so treat it as a CPU figure.
-RUNTIME_FACTOR = 1.4
+# The runtime holds more than the replayed live bytes (oneDNN's reordered copies of conv
+# inputs and weights, the next update's ops started while the last one finishes): a
+# factor measured on one CPU, calibration.TABLE["runtime_factor"] says which and how
+# (`bin/bench.py --suite=memory` re-measures it); GPUs and TPUs have other runtimes, so
+# treat it as a CPU figure.
+RUNTIME_FACTOR = calibration.RUNTIME_FACTOR
 # Ops whose output is their first input's buffer (no allocation).
 _ALIASES = {"Identity", "IdentityN", "StopGradient", "Reshape", "ExpandDims", "Squeeze",
             "Snapshot", "EnsureShape"}
