@@ -29,8 +29,10 @@ def _float64(x) -> tf.Tensor:
 def frechet_distance(real: np.ndarray, generated: np.ndarray) -> float:
     """||mu_r - mu_g||^2 + Tr(S_r + S_g - 2 (S_r S_g)^1/2) over [n, d] activations.
 
-    Written with numpy rather than tensorflow-gan's (two SVD square roots: 10.7 s at
-    d = 2,048 on 2 cores, against 2.0 s here; a per-class FID takes one per class).
+    Written with numpy rather than tensorflow-gan's, which takes two SVD square roots and
+    ran about 5x slower at d = 2,048 (10.7 s against 2.0 s on a 2-core machine whose
+    model was not recorded, 2026-11-25: benchmarks/probes/frechet_vs_tfgan.py); a
+    per-class FID takes one per class.
     Tr (S_r S_g)^1/2 is the sum of the square roots of the eigenvalues of the
     symmetric A S_g A, A = S_r^1/2; with fewer samples than dimensions (per class),
     it is the nuclear norm of the centred cross-Gram matrix X_r X_g^T / sqrt((n_r - 1)

@@ -4,12 +4,13 @@
 
 FLOP per cycle comes from the table below (vendor manuals; a fused multiply-add
 is 2 FLOP). The clock is measured: under a hypervisor /proc/cpuinfo's "cpu MHz"
-is the nominal TSC rate (2596 MHz on the Zen 4 we test on, whose cores run near
-3.5 GHz), so on x86-64 we time a chain of dependent integer adds, each exactly
-one cycle on every x86 core since the Pentium 4; elsewhere the clock is the
-"cpu MHz" line and the record says it is assumed. The adds take a register, not an
-immediate: Intel cores since Golden Cove fold `add reg, imm` chains at rename, and
-timed that way an Intel Xeon with AMX (2026-11-25) "ran" at 25 GHz.
+is the nominal TSC rate (2596 MHz on the 2-core AMD EPYC Zen 4 of docs/benchmarks.md,
+whose cores this timing put at 3.66 GHz on 2026-11-23), so on x86-64 we time a
+chain of dependent integer adds, each exactly one cycle on every x86 core since
+the Pentium 4; elsewhere the clock is the "cpu MHz" line and the record says it
+is assumed. The adds take a register, not an immediate: Intel cores since Golden
+Cove fold `add reg, imm` chains at rename, and timed that way an Intel Xeon with
+AMX (2026-11-25) "ran" at 25 GHz.
 
 The benchmarks' machine record (benchmarks/machine.py) and the scale plan's
 `this_cpu` device (scale/devices.py) both read it.
