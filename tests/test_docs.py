@@ -153,3 +153,50 @@ def test_code_cites_only_documents_in_the_repository():
                 if not any(os.path.exists(os.path.join(REPO, d, name)) for d in ("", "docs")):
                     cited.setdefault(name, []).append(rel)
     assert not cited, cited
+
+
+# A repository path named in a gin comment: tests/, docs/, benchmarks/, bin/ (and gin/,
+# paragan_tf/), up to its last word character; `*` is a glob (recipe_mnist5k*.gin).
+GIN_COMMENT_PATH = re.compile(
+    r"(?<![\w/.-])(?:tests|docs|benchmarks|bin|gin|paragan_tf)/[\w./*-]*[\w*/]")
+
+
+def gin_comment_paths(text: str) -> set:
+    """The repository paths named in the comments of a gin file's text; a path broken
+    after a `/` at the end of a comment line continues on the next comment line."""
+    comments = "\n".join(line.split("#", 1)[1] for line in text.splitlines() if "#" in line)
+    return set(GIN_COMMENT_PATH.findall(re.sub(r"/\n\s*", "/", comments)))
+
+
+def missing_gin_comment_paths(texts: dict) -> list:
+    """`file: path` for every path a gin comment names that is not in the repository."""
+    missing = []
+    for name, text in sorted(texts.items()):
+        for path in sorted(gin_comment_paths(text)):
+            found = (glob.glob(os.path.join(REPO, path)) if "*" in path
+                     else os.path.exists(os.path.join(REPO, path)))
+            if not found:
+                missing.append(f"{name}: {path}")
+    return missing
+
+
+def test_every_path_a_gin_comment_names_exists():
+    """Gin files cite the tests, documents, benchmarks and binaries behind their numbers;
+    a file that moved (tests/ into tests/e2e/ or tests/<package>/) must take them along."""
+    texts = {os.path.relpath(p, REPO): open(p).read() for p in glob.glob(
+        os.path.join(REPO, "gin", "**", "*.gin"), recursive=True)}
+    assert len(texts) >= 20
+    assert sum(len(gin_comment_paths(t)) for t in texts.values()) >= 30, "parsing broke"
+    assert missing_gin_comment_paths(texts) == []
+
+
+def test_a_gin_comment_naming_a_missing_file_is_reported():
+    """The negative control: a moved test, a path broken over two comment lines and a glob
+    that matches nothing are reported; existing paths and code outside comments are not."""
+    text = ("# Tested by tests/test_binaries.py and tests/test_docs.py (bin/train.py).\n"
+            "# See docs/\n#   no_such_notes.txt and gin/sweeps/no_such_sweep*.gin; docs/scale.md.\n"
+            "include 'tests/not_a_comment.py'\n")
+    assert missing_gin_comment_paths({"gin/fake.gin": text}) == [
+        "gin/fake.gin: docs/no_such_notes.txt", "gin/fake.gin: gin/sweeps/no_such_sweep*.gin",
+        "gin/fake.gin: tests/test_binaries.py"]
+
