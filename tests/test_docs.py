@@ -200,3 +200,12 @@ def test_a_gin_comment_naming_a_missing_file_is_reported():
         "gin/fake.gin: docs/no_such_notes.txt", "gin/fake.gin: gin/sweeps/no_such_sweep*.gin",
         "gin/fake.gin: tests/test_binaries.py"]
 
+
+def test_the_calibration_section_names_every_measured_constant():
+    """docs/benchmarks.md's calibration section lists each entry of the calibration table
+    (paragan_tf/scale/calibration.py) by name, so a new constant is documented with it."""
+    from paragan_tf.scale import calibration  # pylint: disable=import-outside-toplevel
+    section = _read("docs/benchmarks.md").partition("\n## Calibration")[2].partition("\n## ")[0]
+    assert section, "docs/benchmarks.md has no '## Calibration' section"
+    missing = [name for name in calibration.TABLE if f"`{name}`" not in section]
+    assert not missing, f"docs/benchmarks.md's calibration section omits {missing}"
