@@ -14,7 +14,8 @@ Names:
                  start-up, so a corrupt file is an error naming it (or skipped
                  with `dataset.skip_corrupt=True`); large ones are checked lazily:
                  a corrupt file is skipped when the run meets it, named in the
-                 log and counted in `health/corrupt_images` (`dataset.scan_images`).
+                 log and counted in `health/corrupt_images` (`dataset.scan_images`;
+                 data/decoding.py).
   synthetic      random images (benchmarks, tests).
 Every source states its spec (classes and their names, channels) without
 decoding the data, so dry runs and start-up checks are cheap.
@@ -27,13 +28,13 @@ import functools
 import gzip
 import os
 import re
-import threading
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf.data import decoding
 from paragan_tf.data import image_files
 from paragan_tf.data import records as records_lib
 from paragan_tf.errors import ConfigError
@@ -44,28 +45,6 @@ FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", 
 # image_folder's scan_images='auto' decodes every file at start-up up to this many
 # (about 10 s on 2 cores at 64 px); larger folders are checked as the run reads them.
 FULL_SCAN_LIMIT = 20_000
-
-
-class CorruptImages:
-    """Image files found corrupt while a run reads them: each named in the log once, counted."""
-
-    def __init__(self):
-        self._seen: set = set()
-        self._lock = threading.Lock()
-
-    def report(self, path: tf.Tensor) -> np.int64:
-        name = path.numpy().decode()  # called through tf.py_function
-        with self._lock:
-            if name not in self._seen:
-                self._seen.add(name)
-                logging.warning("skipping corrupt image file %s (%d found so far)", name,
-                                len(self._seen))
-        return np.int64(0)
-
-    @property
-    def count(self) -> int:
-        with self._lock:
-            return len(self._seen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +67,7 @@ class Source:
     # Class names in label order: printed at start-up and kept with the run (class_list.py).
     class_names: Tuple[str, ...] = ()
     # Lazily checked image files: a record that fails to decode is skipped and reported here.
-    corrupt: Optional[CorruptImages] = None
+    corrupt: Optional[decoding.CorruptImages] = None
     # A prepared dataset (data/records.py), streamed by position instead of by split.
     prepared: Optional[records_lib.Records] = None
 
@@ -106,32 +85,9 @@ class Source:
 
     def decoded(self, records: tf.data.Dataset,
                 parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
-        """Encoded records -> examples (see `decode_records`)."""
-        return decode_records(records, self.decode, self.channels, self.corrupt, parallel)
-
-
-def decode_records(records: tf.data.Dataset, decode, channels: int,
-                   corrupt: Optional[CorruptImages],
-                   parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
-    """Encoded records -> examples, in order; with `corrupt`, a record that does not
-    decode is skipped and reported to it instead of failing the run."""
-    deterministic = None if parallel is None else True
-    if corrupt is None:
-        return records.map(decode, num_parallel_calls=parallel, deterministic=deterministic)
-
-    def one(encoded, label):
-        # The decoded example when it decodes, else a label -1 marker that reports the
-        # file: ignore_errors drops a failed decode, and take(1) drops the marker after
-        # a good one, so the report runs for corrupt files only.
-        record = tf.data.Dataset.from_tensors((encoded, label))
-        good = record.map(decode).ignore_errors()
-        bad = record.map(lambda e, _: (
-            tf.zeros([1, 1, channels], tf.uint8),
-            tf.cast(tf.py_function(corrupt.report, [e], tf.int64), tf.int32) - 1))
-        return good.concatenate(bad).take(1)
-    return records.interleave(one, cycle_length=max(2, os.cpu_count() or 1),
-                              num_parallel_calls=parallel, deterministic=deterministic
-                              ).filter(lambda _, label: label >= 0)
+        """Encoded records -> examples (see `decoding.decode_records`)."""
+        return decoding.decode_records(records, self.decode, self.channels, self.corrupt,
+                                       parallel)
 
 
 def _stored_order(n: int) -> np.ndarray:
@@ -309,7 +265,7 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 0,
                      ", all greyscale" if channels == 1 else "")
     if scan_images == "auto":
         scan_images = "full" if len(files) <= FULL_SCAN_LIMIT else "lazy"
-    corrupt = CorruptImages() if scan_images == "lazy" else None
+    corrupt = decoding.CorruptImages() if scan_images == "lazy" else None
     usable = np.ones(len(files), bool)  # the full scan clears corrupt files
 
     def decode(path, label):
@@ -324,7 +280,7 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 0,
                          "(dataset.scan_images='full' decodes them all first)", len(files))
             return
         # Decodes every file once: a corrupt one fails here, named, not mid-training.
-        corrupt_files = find_corrupt(files, channels)
+        corrupt_files = decoding.find_corrupt(files, channels)
         if corrupt_files and not skip_corrupt:
             listed = ", ".join(corrupt_files[:5]) + (f" and {len(corrupt_files) - 5} more"
                                                      if len(corrupt_files) > 5 else "")
@@ -348,24 +304,10 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 0,
                                                    np.array(labels, np.int32)[order]))
 
     def make(split: str) -> tf.data.Dataset:
-        return decode_records(records(split), decode, channels, corrupt)
+        return decoding.decode_records(records(split), decode, channels, corrupt)
     return Source("image_folder", len(listing.classes), channels, make, len(files), check=check,
                   records=records, decode=decode, class_names=tuple(listing.classes),
                   corrupt=corrupt)
-
-
-def find_corrupt(files: Sequence[str], channels: int) -> List[str]:
-    """The files TensorFlow cannot decode as images, in order (decoded in parallel)."""
-    logging.info("checking %d image files", len(files))
-    ds = tf.data.Dataset.from_tensor_slices(list(files)).map(
-        lambda path: (path, tf.shape(tf.io.decode_image(tf.io.read_file(path),
-                                                        channels=channels,
-                                                        expand_animations=False))),
-        num_parallel_calls=tf.data.AUTOTUNE)
-    # A file whose decode fails drops out; the ones missing from the output are corrupt.
-    ds = ds.ignore_errors()
-    readable = {path.decode() for path, _ in ds.as_numpy_iterator()}
-    return [f for f in files if f not in readable]
 
 
 def _synthetic(num_classes: int = 10, channels: int = 0, size: int = 32, **_) -> Source:
