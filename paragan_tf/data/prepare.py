@@ -2,13 +2,14 @@
 
 Sources: an image folder (`<root>/<class>/<image>`, the rules of
 data/image_files.py), a zip of one, or a prepared TFDS dataset (`tfds:NAME`).
-Every image is decoded with Pillow (any format it reads, EXIF orientation
-applied, transparency composited on black), brought to a square of the chosen
-resolution by the policy (`center_crop`: the centred square, resized; `pad`:
-resized to fit, centred on black; `resize`: stretched), and stored as PNG
-(lossless; or JPEG) in shards of `images_per_shard` images written in a fixed
-shuffled order (so every shard mixes the classes), or one class per shard
-with group_by_class (per-class training then opens its classes' shards only).
+Every image (data/prepare_images.py) is decoded with Pillow (any format it
+reads, EXIF orientation applied, transparency composited on black), brought to
+a square of the chosen resolution by the policy (`center_crop`: the centred
+square, resized; `pad`: resized to fit, centred on black; `resize`: stretched),
+and stored as PNG (lossless; or JPEG) in shards of `images_per_shard` images
+written in a fixed shuffled order (so every shard mixes the classes), or one
+class per shard with group_by_class (per-class training then opens its classes'
+shards only).
 
 The work is split by shard over worker processes (one per core). A worker
 holds one shard's images at a time and streams them to disk, so memory does
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import json
 import math
 import multiprocessing
@@ -36,6 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from paragan_tf.data import image_files
+from paragan_tf.data import prepare_images
 from paragan_tf.data import records
 from paragan_tf.errors import ConfigError
 
@@ -130,9 +131,9 @@ def plan(options: Options) -> Plan:
     items = [items[i] for i in order]
     channels = options.channels
     if not channels:
-        opener = _opener(kind, root)
+        opener = prepare_images.member_opener(kind, root)
         channels, _ = image_files.detect_channels(
-            [m for m, _ in items], lambda member: _mode(opener, member))
+            [m for m, _ in items], lambda member: prepare_images.image_mode(opener, member))
     if options.group_by_class:
         groups = [(label, [it for it in items if it[1] == label])
                   for label in range(len(listing.classes))]
@@ -173,51 +174,6 @@ def _plan_tfds(options: Options) -> Plan:
     return Plan("tfds", name, list(features["label"].names), channels, tasks, {}, "", total)
 
 
-def _opener(kind: str, root: str) -> Callable[[str], io.BytesIO]:
-    if kind == "folder":
-        return lambda member: open(os.path.join(root, member), "rb")
-    archive = zipfile.ZipFile(root)  # one per process: ZipFile objects are not shared
-    return lambda member: io.BytesIO(archive.read(member))
-
-
-def _mode(opener, member: str) -> str:
-    from PIL import Image  # pylint: disable=import-outside-toplevel
-    with opener(member) as f, Image.open(f) as image:
-        return image.mode
-
-
-def fit(image, resolution: int, policy: str, channels: int):
-    """A Pillow image of any size, mode and orientation -> `resolution`^2, 1 or 3 channels."""
-    from PIL import Image, ImageOps  # pylint: disable=import-outside-toplevel
-    image = ImageOps.exif_transpose(image)
-    if image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info:
-        rgba = image.convert("RGBA")
-        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (0, 0, 0, 255)), rgba)
-    image = image.convert("L" if channels == 1 else "RGB")
-    w, h = image.size
-    if policy == "center_crop":
-        side = min(w, h)
-        left, top = (w - side) // 2, (h - side) // 2
-        image = image.crop((left, top, left + side, top + side))
-        return image.resize((resolution, resolution), Image.LANCZOS)
-    if policy == "resize":
-        return image.resize((resolution, resolution), Image.LANCZOS)
-    scale = resolution / max(w, h)
-    inner = image.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.LANCZOS)
-    canvas = Image.new(image.mode, (resolution, resolution), 0)
-    canvas.paste(inner, ((resolution - inner.size[0]) // 2, (resolution - inner.size[1]) // 2))
-    return canvas
-
-
-def _encode(image, encoding: str) -> bytes:
-    out = io.BytesIO()
-    if encoding == "png":
-        image.save(out, format="PNG")
-    else:
-        image.save(out, format="JPEG", quality=95)
-    return out.getvalue()
-
-
 # ---- worker processes --------------------------------------------------------------
 
 _worker: dict = {}
@@ -225,31 +181,6 @@ _worker: dict = {}
 
 def _init_worker(plan_: Plan, options: Options, progress) -> None:
     _worker.update(plan=plan_, options=options, progress=progress)
-
-
-def _images(plan_: Plan, task: ShardTask):
-    """(name, label, Pillow image or the exception that stopped it) of a task."""
-    from PIL import Image  # pylint: disable=import-outside-toplevel
-    if plan_.kind == "tfds":
-        import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
-        options = _worker["options"]
-        start, stop = task.items
-        ds = tfds.load(plan_.root, split=f"{options.split}[{start}:{stop}]",
-                       data_dir=options.tfds_data_dir, shuffle_files=False)
-        for i, ex in enumerate(tfds.as_numpy(ds)):
-            array = ex["image"]
-            yield (f"{plan_.root}/{options.split}[{start + i}]", int(ex["label"]),
-                   Image.fromarray(array[..., 0] if array.shape[-1] == 1 else array))
-        return
-    opener = _opener(plan_.kind, plan_.root)
-    for member, label in task.items:
-        try:
-            with opener(member) as f:
-                image = Image.open(f)
-                image.load()  # decode now: a corrupt file fails here, not later
-            yield member, label, image
-        except Exception as e:  # pylint: disable=broad-except  # any decoder error
-            yield member, label, e
 
 
 def _write_shard(task: ShardTask) -> dict:
@@ -261,12 +192,15 @@ def _write_shard(task: ShardTask) -> dict:
     counts: Dict[int, int] = {}
     corrupt: List[str] = []
     with tf.io.TFRecordWriter(temporary) as writer:
-        for name, label, image in _images(plan_, task):
+        for name, label, image in prepare_images.read_images(
+                plan_.kind, plan_.root, task.items, options.split, options.tfds_data_dir):
             if isinstance(image, Exception):
                 corrupt.append(f"{name}: {type(image).__name__}: {image}".splitlines()[0])
             else:
-                fitted = fit(image, options.resolution, options.policy, plan_.channels)
-                writer.write(records.example_bytes(_encode(fitted, options.encoding), label))
+                fitted = prepare_images.fit(image, options.resolution, options.policy,
+                                            plan_.channels)
+                encoded = prepare_images.encode(fitted, options.encoding)
+                writer.write(records.example_bytes(encoded, label))
                 counts[label] = counts.get(label, 0) + 1
             with progress.get_lock():
                 progress.value += 1
