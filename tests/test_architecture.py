@@ -20,7 +20,7 @@ LAYERS = [
     {"paragan_tf.eval"},
     {"paragan_tf.train"},
 ]
-MAX_LINES = 430
+MAX_LINES = 400
 
 
 def _layer(module: str) -> int:
