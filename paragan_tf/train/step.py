@@ -1,32 +1,12 @@
 """The per-replica GAN step: `d_steps` discriminator updates, then one generator update.
 
 This is the function `strategy.run` executes on every replica, unchanged under
-OneDevice, Mirrored, MultiWorkerMirrored and TPU strategies. Gradients are
-all-reduced by hand (then clipped, then applied with aggregation skipped) so
-clipping by global norm acts on the global gradient, not on each replica's part.
-
-The NaN guard: an update is applied only while the step is healthy, i.e. every
-loss and gradient norm the step has computed so far is finite (judged on
-all-reduced values, so every replica takes the same branch). A non-finite D
-update therefore skips the rest of the step, G's update included, and a
-non-finite G gradient skips G's update (in the default sequential order D's
-update of that step was already applied from finite gradients). The forward
-passes also update state outside the optimizers (spectral-norm power-iteration
-vectors, batch-norm moving statistics); a skipped step puts that back too, or
-one NaN batch would poison them for good. Skipped steps are reported as
-`health/skipped`.
-
-Dynamic loss scaling (mixed_float16, train/optimizers.py): each loss is multiplied
-by its network's scale before the tape's gradient, the gradients divided by it in
-float32; R1/R2's input gradient is taken of D's scaled logits and divided back in
-float32, as StyleGAN's TensorFlow code does (see _gradient_penalties). A float16
-overflow is non-finite: the NaN guard skips and counts that step like any other,
-and tf_keras' rule updates each scale from its network's all-reduced gradients
-(halved on a non-finite one, never below 1; doubled after `dynamic_growth_steps`
-finite ones in a row). A skip that lowered a scale is reported as
-`health/loss_scale_lowered`: the trainer does not count it toward
-train.max_consecutive_skips (train/loop.py). Not run on a GPU here (none on this
-machine); on a CPU float16 is emulated: slow, not wrong.
+OneDevice, Mirrored, MultiWorkerMirrored and TPU strategies. The NaN guard
+(train/nan_guard.py) all-reduces each update's gradients and applies the update
+only while the step is healthy; mixed_float16's dynamic loss scaling multiplies each loss by its network's
+scale before the tape's gradient and divides the gradients by it in float32
+(train/optimizers.py); R1/R2's input gradient is taken of D's scaled logits and
+divided back in float32, as StyleGAN's TensorFlow code does (see _gradient_penalties).
 """
 
 from __future__ import annotations
@@ -42,6 +22,7 @@ from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses as losses_lib
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.objective import regularizers
+from paragan_tf.train import nan_guard
 from paragan_tf.train import optimizers as optimizers_lib
 
 Batch = Tuple[tf.Tensor, tf.Tensor]
@@ -101,47 +82,6 @@ class GANStep:
     @property
     def noise_batches_per_step(self) -> int:
         return (self.config.d_steps + 1) * self.config.accumulation
-
-    @staticmethod
-    def _all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):
-        """Sums the loss and gradients over replicas; returns (loss, grads, finite, norm)."""
-        ctx = tf.distribute.get_replica_context()
-        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss] + list(grads))
-        loss, grads = reduced[0], reduced[1:]
-        # Any NaN or Inf in a gradient makes the global norm non-finite.
-        norm = tf.linalg.global_norm(grads)
-        finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norm))
-        return loss, grads, finite, norm
-
-    def _apply_if(self, healthy: tf.Tensor, optimizer, grads: List[tf.Tensor], norm: tf.Tensor,
-                  variables) -> None:
-        """Applies all-reduced `grads` when `healthy` (identical on every replica); under
-        loss scaling, also updates the scale from `grads`, applied or not."""
-        if self.config.clip_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, self.config.clip_norm, use_norm=norm)
-        scaler = optimizers_lib.loss_scaler(optimizer)
-        inner = optimizer if scaler is None else scaler.inner_optimizer
-
-        def apply(grads):
-            inner.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
-
-        # The condition lives in cross-replica context, where a branch may hold the
-        # optimizer's synchronisation point (as tf-keras' LossScaleOptimizer does it):
-        # under MirroredStrategy a tf.cond around apply_gradients in replica context fails.
-        def cross_replica(strategy, healthy, grads):
-            if scaler is not None:
-                # tf_keras' rule, from the all-reduced unscaled gradients, in the cross-
-                # replica context it needs. Not the wrapper's apply_gradients: that one
-                # decides the skip on its own (the guard also sees the loss and the step's
-                # other updates) and counts a skipped update in `iterations`.
-                scaler._loss_scale.update(grads)  # pylint: disable=protected-access
-            healthy = strategy.experimental_local_results(healthy)[0]
-
-            def update():
-                strategy.extended.call_for_each_replica(apply, args=(grads,))
-                return tf.constant(True)
-            return tf.cond(healthy, update, lambda: tf.constant(False))
-        tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
 
     def _augmented(self, images: tf.Tensor, z: tf.Tensor, salt: int) -> tf.Tensor:
         if self.config.augment is None:
@@ -317,20 +257,9 @@ class GANStep:
         return [v for v in self.generator.non_trainable_variables +
                 self.discriminator.non_trainable_variables if v.dtype.is_floating]
 
-    def _guarded(self, gradients, optimizer, variables):
-        """One update from `gradients()` -> (loss, grads), under the NaN guard.
-
-        Returns (this replica's loss share, gradient norm, healthy); a skipped update
-        also puts back the forward state its passes changed.
-        """
-        forward_state = self._forward_state()
-        saved = [tf.identity(tf.convert_to_tensor(v)) for v in forward_state]
-        loss, grads = gradients()
-        _, grads, finite, norm = self._all_reduce(loss, grads)
-        self._apply_if(finite, optimizer, grads, norm, variables)
-        for variable, value in zip(forward_state, saved):
-            variable.assign(tf.where(finite, tf.convert_to_tensor(variable), value))
-        return loss, norm, finite
+    def _guard(self) -> nan_guard.Guard:
+        """A guard made before this update's forward passes (it keeps what they change)."""
+        return nan_guard.Guard(self._forward_state(), self.config.clip_norm)
 
     def d_update(self, real: Sequence[Batch], noise: Sequence[Batch],
                  fakes=None) -> Dict[str, tf.Tensor]:
@@ -338,17 +267,13 @@ class GANStep:
 
         fakes: generated images made earlier (see d_gradients); None: G makes them now.
         """
-        sums = {}
-
-        def gradients():
-            loss, grads, sums["real"], sums["fake"], _ = self.d_gradients(real, noise, fakes)
-            return loss, grads
-        loss, norm, finite = self._guarded(gradients, self.d_optimizer,
-                                           self.discriminator.trainable_variables)
+        guard = self._guard()
+        loss, grads, real_sum, fake_sum, _ = self.d_gradients(real, noise, fakes)
+        norm = guard.update(self.d_optimizer, self.discriminator, loss, grads)
+        guard.restore_if_skipped()
         seen = float(self.config.global_batch_size * len(real))
-        return {"loss/D": loss, "grad_norm/D": norm, "logits/real": sums["real"] / seen,
-                "logits/fake": sums["fake"] / seen,
-                "health/skipped": 1.0 - tf.cast(finite, tf.float32)}
+        return {"loss/D": loss, "grad_norm/D": norm, "logits/real": real_sum / seen,
+                "logits/fake": fake_sum / seen, "health/skipped": guard.skipped()}
 
     def g_update(self, noise: Sequence[Batch], on_fakes=None) -> Dict[str, tf.Tensor]:
         """One guarded G update (an asynchronous G closure).
@@ -356,13 +281,13 @@ class GANStep:
         on_fakes(fakes, healthy): called with the micro-batches' images G generated
         before its update and whether the update was applied (the sample buffer).
         """
-        fakes = []
-        loss, norm, finite = self._guarded(lambda: self.g_gradients(noise, fakes),
-                                           self.g_optimizer, self.generator.trainable_variables)
+        guard, fakes = self._guard(), []
+        loss, grads = self.g_gradients(noise, fakes)
+        norm = guard.update(self.g_optimizer, self.generator, loss, grads)
+        guard.restore_if_skipped()
         if on_fakes is not None:
-            on_fakes(fakes, finite)
-        return {"loss/G": loss, "grad_norm/G": norm,
-                "health/skipped": 1.0 - tf.cast(finite, tf.float32)}
+            on_fakes(fakes, guard.healthy)
+        return {"loss/G": loss, "grad_norm/G": norm, "health/skipped": guard.skipped()}
 
     def __call__(self, real: Sequence[Batch], noise: Sequence[Batch]) -> Dict[str, tf.Tensor]:
         """One train step on this replica. `real`/`noise` hold the step's micro-batches.
@@ -371,56 +296,42 @@ class GANStep:
         global mean, so a SUM over replicas gives the global value. Under loss scaling
         also `health/loss_scale_lowered`: 1 when the step lowered G's or D's scale.
         """
-        cfg = self.config
+        cfg, k = self.config, self.config.accumulation
         scalers = [s for s in map(optimizers_lib.loss_scaler, (self.d_optimizer,
                                                                self.g_optimizer))
                    if s is not None]
         scales = [s.loss_scale for s in scalers]  # read before this step's updates
-        k = cfg.accumulation
         real, noise = list(real), list(noise)
-        forward_state = self._forward_state()
-        saved_state = [tf.identity(tf.convert_to_tensor(v)) for v in forward_state]
-        d_vars = self.discriminator.trainable_variables
-        healthy = tf.constant(True)
+        guard = self._guard()  # one for the whole step: a skip skips the rest of it
         d_loss = d_norm = real_sum = fake_sum = 0.0
         g_noise = noise[cfg.d_steps * k:]
         # A paired loss compares G's images with the last D update's real batches.
         g_real = real[(cfg.d_steps - 1) * k:] if getattr(self.loss_fn, "pairs_real",
                                                           False) else None
-
-        def g_update():  # (this replica's loss share, all-reduced grads, finite, norm)
-            loss, grads = self.g_gradients(g_noise, real=g_real)
-            return (loss,) + self._all_reduce(loss, grads)[1:]
+        g_grads = None
         for d in range(cfg.d_steps):
             loss, grads, r, f, signs = self.d_gradients(real[d * k:(d + 1) * k],
                                                         noise[d * k:(d + 1) * k])
-            _, grads, finite, d_norm = self._all_reduce(loss, grads)
-            healthy = tf.logical_and(healthy, finite)
+            grads, d_norm = guard.check(loss, grads)
             d_loss, real_sum, fake_sum = d_loss + loss / cfg.d_steps, real_sum + r, fake_sum + f
             if cfg.simultaneous and d == cfg.d_steps - 1:
                 # Both gradients before either update: G sees the D this D step starts from.
-                g_loss, g_grads, g_finite, g_norm = g_update()
-                healthy = tf.logical_and(healthy, g_finite)
-                self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
-                self._after_d_update(r, f, signs, float(cfg.global_batch_size * k), healthy)
-                break
-            self._apply_if(healthy, self.d_optimizer, grads, d_norm, d_vars)
-            self._after_d_update(r, f, signs, float(cfg.global_batch_size * k), healthy)
-        if not cfg.simultaneous:
-            g_loss, g_grads, g_finite, g_norm = g_update()
-            healthy = tf.logical_and(healthy, g_finite)
-        self._apply_if(healthy, self.g_optimizer, g_grads, g_norm,
-                       self.generator.trainable_variables)
-        for variable, saved in zip(forward_state, saved_state):
-            # An unconditional assign: a tf.cond around it would hold a cross-replica
-            # synchronisation point in replica context (see _apply_if).
-            variable.assign(tf.where(healthy, tf.convert_to_tensor(variable), saved))
+                g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
+                g_grads, g_norm = guard.check(g_loss, g_grads)
+            guard.apply(self.d_optimizer, self.discriminator, grads, d_norm)
+            self._after_d_update(r, f, signs, float(cfg.global_batch_size * k), guard.healthy)
+        if g_grads is None:
+            g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
+            g_grads, g_norm = guard.check(g_loss, g_grads)
+        guard.apply(self.g_optimizer, self.generator, g_grads, g_norm)
+        guard.restore_if_skipped()
         seen = float(cfg.global_batch_size * k * cfg.d_steps)
         metrics = {"loss/D": d_loss, "loss/G": g_loss,
                    "grad_norm/D": d_norm, "grad_norm/G": g_norm,
                    "logits/real": real_sum / seen, "logits/fake": fake_sum / seen,
-                   "health/skipped": 1.0 - tf.cast(healthy, tf.float32)}
+                   "health/skipped": guard.skipped()}
         if scalers:
             lowered = [s.loss_scale < before for s, before in zip(scalers, scales)]
             metrics["health/loss_scale_lowered"] = tf.cast(tf.reduce_any(lowered), tf.float32)
         return metrics
+
