@@ -35,7 +35,7 @@ from benchmarks import quality_runs
 from benchmarks import straggler as straggler_lib
 from paragan_tf.distribute import launcher
 from paragan_tf.errors import ConfigError
-from paragan_tf.train import records
+from paragan_tf.train import run_files
 
 CONFIG = "gin/quality_fashion_mnist.gin"
 ARMS = {"sync": [cluster.MWMS],
@@ -63,7 +63,7 @@ def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], stra
             on_started=straggler_lib.throttle("worker:1", 0.5) if straggler else None)))
         thread.start()
         deadline = time.monotonic() + START_TIMEOUT
-        while not records.read(model_dir, "log"):
+        while not run_files.read(model_dir, "log"):
             if not thread.is_alive() or time.monotonic() > deadline:
                 stop.set()
                 thread.join(timeout=180)

@@ -2,7 +2,7 @@
 
 Each measurement launches a real local cluster (distribute/launcher.py), trains
 the benchmark model (gin/bench_cluster.gin) and reads what the run recorded
-(the chief's stats.jsonl and train_result.json, train/records.py): rates over
+(the chief's stats.jsonl and train_result.json, train/run_files.py): rates over
 the last `log_every` steps, or between progress records, so start-up and
 tracing are left out. Every task gets one intra- and one
 inter-op thread: on this 2-core machine each worker then has one core.
@@ -24,7 +24,7 @@ from typing import Callable, Dict, List, Optional
 from benchmarks import profile as profile_lib
 from benchmarks import straggler as straggler_lib
 from paragan_tf.distribute import launcher
-from paragan_tf.train import records
+from paragan_tf.train import run_files
 
 CONFIG = "gin/bench_cluster.gin"
 MWMS = "strategy.kind='multi_worker_mirrored'"
@@ -109,10 +109,10 @@ def scaling(per_worker_batch: int = 32, steps: int = 30, progress=print,
 def progress_rate(model_dir: str, images_per_step: int) -> float:
     """Images/s from the run's first to its last progress record in stats.jsonl (start-up
     and tracing left out)."""
-    logged = records.read(model_dir, "log")
+    logged = run_files.read(model_dir, "log")
     if len(logged) < 2:
         raise RuntimeError(f"{model_dir}: fewer than 2 progress records in "
-                           f"{records.FILE} to time by")
+                           f"{run_files.FILE} to time by")
     first, last = logged[0], logged[-1]
     return (last["step"] - first["step"]) * images_per_step / (last["time"] - first["time"])
 

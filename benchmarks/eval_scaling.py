@@ -20,16 +20,16 @@ from typing import Callable, Optional
 
 from benchmarks import cluster
 from benchmarks import quality_runs
-from paragan_tf.train import records
+from paragan_tf.train import run_files
 
 CONFIG = "gin/quality_fashion_mnist.gin"
 
 
 def seconds(model_dir: str, step: int = 4) -> dict:
     """The timings of the evaluation at `step`, from the chief's stats.jsonl."""
-    found = [r for r in records.read(model_dir, "eval") if r["step"] == step]
+    found = [r for r in run_files.read(model_dir, "eval") if r["step"] == step]
     if not found:
-        raise RuntimeError(f"{model_dir}: no evaluation at step {step} in {records.FILE}")
+        raise RuntimeError(f"{model_dir}: no evaluation at step {step} in {run_files.FILE}")
     phases = dict(found[-1]["phases"])
     return {"eval_seconds": found[-1]["seconds"], "generate_seconds": phases.pop("generation"),
             "samples": found[-1]["samples"], "replicas": found[-1]["replicas"],

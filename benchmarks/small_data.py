@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from benchmarks import quality_runs
 from benchmarks import time_to_quality
 from paragan_tf.errors import ConfigError
-from paragan_tf.train import records
+from paragan_tf.train import run_files
 
 CONFIG = "gin/mnist_default.gin"
 DATASET = "dataset.name='fashion_mnist'"  # also when `config` names another (the tests')
@@ -70,7 +70,7 @@ def _train(model_dir: str, config: str, bindings: Sequence[str]) -> dict:
 
 def _curve(model_dir: str) -> List[dict]:
     """time_to_quality's curve with every METRICS entry, plus ADA's state at each mark."""
-    ada = {r["step"]: {k: r[k] for k in ADA if k in r} for r in records.read(model_dir, "log")}
+    ada = {r["step"]: {k: r[k] for k in ADA if k in r} for r in run_files.read(model_dir, "log")}
     points = time_to_quality.curve(model_dir, tuple(METRICS.values()))
     for point in points:
         point["logit_gap"] = point.pop("d_logit_gap")

@@ -1,7 +1,7 @@
 """The training-step benchmark: seconds per step per layout, FLOP rates, and the machine's peaks.
 
 For each layout (gin/layouts/<name>.gin on top of the experiment) the trainer
-of bin/train.py (loop.SyncTrainer: the per-replica step under the strategy,
+of bin/train.py (sync_trainer.SyncTrainer: the per-replica step under the strategy,
 one step per `train(1)` call) runs `warmup` steps, then `steps` timed ones; the
 median is reported. The input comes from the experiment's own
 pipeline (in-memory data, cached: its wait is reported, not hidden); when the
@@ -38,7 +38,7 @@ from paragan_tf import layout as layout_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.train import experiment as experiment_lib
-from paragan_tf.train import loop as loop_lib
+from paragan_tf.train import sync_trainer
 
 _BF16_FEATURES = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
 
@@ -124,7 +124,7 @@ def conv_gflops(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Seque
 
 def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
     """Forward FLOPs of G and D at the per-replica batch, training FLOPs per train step."""
-    cfg = exp.config
+    cfg = exp.settings.train
     count = flops_lib.forward(exp.generator, exp.discriminator,
                               cfg.batch_size // exp.strategy.num_replicas_in_sync)
     input_shape, kernel = count.dominant_conv
@@ -152,8 +152,8 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
                 warmup: int = 2, progress=print, profile_dir: Optional[str] = None) -> dict:
     """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin."""
     exp, data = _build(gin_file, layout, bindings)
-    cfg = exp.config
-    trainer = loop_lib.SyncTrainer(exp)
+    cfg = exp.settings.train
+    trainer = sync_trainer.SyncTrainer(exp)
     times, waits = [], []
     for i in range(warmup + steps):
         start = time.perf_counter()

@@ -44,7 +44,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from benchmarks import quality_runs
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import config as train_config
-from paragan_tf.train import records
+from paragan_tf.train import run_files
 
 CONFIGS = ("benchmarks/recipes/mnist_default_v1.gin", "gin/mnist_default.gin")
 METRICS = ("fcd", "conditional_accuracy")
@@ -71,7 +71,7 @@ def train(model_dir: str, config: str, bindings: Sequence[str], budget_minutes: 
                               stderr=subprocess.STDOUT).returncode
     if code:
         raise RuntimeError(f"{model_dir} failed with exit code {code}; see {model_dir}.log")
-    with open(os.path.join(model_dir, records.RESULT_FILE)) as f:
+    with open(os.path.join(model_dir, run_files.RESULT_FILE)) as f:
         return json.load(f)
 
 
@@ -118,7 +118,7 @@ def fid(model_dir: str, reference: str, samples: int, real: int) -> dict:
 
 def curve(model_dir: str, metrics: Sequence[str] = METRICS) -> List[dict]:
     """The run's scored marks: step, training seconds, real images seen, metrics."""
-    seconds = {r["step"]: r["wall_seconds"] for r in records.read(model_dir, "log")}
+    seconds = {r["step"]: r["wall_seconds"] for r in run_files.read(model_dir, "log")}
     default = train_config.defaults(train_config.TrainConfig)
     per_step = 1
     for name in ("batch_size", "d_steps", "accumulation"):
@@ -146,7 +146,7 @@ def _run_folders(paths: Sequence[str]) -> List[str]:
             found.append(path)
             continue
         inside = sorted(os.path.dirname(p) for p in
-                        glob.glob(os.path.join(glob.escape(path), "*", records.RESULT_FILE)))
+                        glob.glob(os.path.join(glob.escape(path), "*", run_files.RESULT_FILE)))
         if not inside:
             raise ConfigError(f"time_to_quality: {path} is neither a run folder nor a folder "
                               f"of finished runs")

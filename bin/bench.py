@@ -73,6 +73,7 @@ from benchmarks import small_data as small_data_bench
 from benchmarks import step as step_bench
 from benchmarks import time_to_quality as time_to_quality_bench
 from paragan_tf.errors import ConfigError
+from paragan_tf.train import teardown
 
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
               memory=memory_bench.memory_suite, data=data_bench.data_suite,
@@ -187,7 +188,7 @@ def main(argv):
         with open(FLAGS.output, "w") as f:
             f.write(text + "\n")
     print(text, flush=True)
-    common.exit_now(0)  # the step suite's input iterators: see common.exit_now
+    teardown.exit_now(0)  # the step suite's input iterators: see teardown.exit_now
 
 
 if __name__ == "__main__":

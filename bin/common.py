@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable, Dict, List, NoReturn, Optional
+from typing import Callable, Dict, NoReturn, Optional
 
 import quiet_startup
 
@@ -19,8 +19,8 @@ from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
-# Run by exit_now before the process ends (exit_now skips Python's atexit handlers).
-_BEFORE_EXIT: List[Callable[[], None]] = []
+# Last before the process ends: our stderr filter writes out the last lines.
+teardown.before_exit(quiet_startup.drain)
 
 
 def define_gin_flags() -> None:
@@ -36,40 +36,16 @@ def model_dir(purpose: str = "a folder bin/train.py wrote") -> str:
     return model_dir_lib.resolve(FLAGS.model_dir)
 
 
-def before_exit(fn: Callable[[], None]) -> None:
-    """Runs `fn` when the binary ends through exit_now or fail (in reverse order of calls)."""
-    _BEFORE_EXIT.append(fn)
-
-
 def parse_gin(finalize: bool = True) -> None:
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
     experiment.parse(FLAGS.gin_file, FLAGS.gin_bindings, finalize=finalize)
 
 
 def restore_run(run_dir: str, checkpoint: Optional[str] = None):
-    """(Experiment, checkpoint path): a finished or running training run, rebuilt from its
-    operative_config.gin (then --gin_file/--gin_bindings) at `checkpoint` or its newest.
-
-    One device unless the bindings choose another strategy: sampling, evaluation
-    and export run beside the training job, not inside its cluster.
-    """
-    from paragan_tf.train import checkpoints  # pylint: disable=import-outside-toplevel
+    """experiment.restore of `run_dir` (at `checkpoint`, or its newest) with this binary's
+    --gin_file and --gin_bindings: (Experiment, checkpoint path)."""
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
-    run_dir = model_dir_lib.resolve(run_dir)
-    operative = os.path.join(run_dir, "operative_config.gin")
-    if not os.path.exists(operative):
-        fail(f"{run_dir} has no operative_config.gin; is it a bin/train.py --model_dir?")
-    experiment.parse([operative] + FLAGS.gin_file,
-                     ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings, finalize=False)
-    exp = experiment.build(check_data=False)
-    from paragan_tf.data import class_list  # pylint: disable=import-outside-toplevel
-    class_list.keep_or_check(run_dir, exp.source.class_names, exp.data.name, write=False)
-    saver = checkpoints.Checkpointer(run_dir, max_to_keep=1000, **exp.trackables())
-    path = saver.restore(checkpoint) if checkpoint else saver.restore_latest()
-    if path is None:
-        fail(f"{run_dir} holds no checkpoint yet")
-    logging.info("%s: step %d, classes %s", path, int(exp.step.numpy()), exp.classes)
-    return exp, path
+    return experiment.restore(run_dir, checkpoint, FLAGS.gin_file, FLAGS.gin_bindings)
 
 
 def restart_with(environment: Dict[str, str]) -> None:
@@ -99,22 +75,6 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Prints a one-line error and exits non-zero."""
     sys.stderr.flush()
     print(f"{sys.argv[0].rsplit('/', 1)[-1]}: error: {message}", file=sys.stderr, flush=True)
-    exit_now(code)
-
-
-def exit_now(code: int) -> NoReturn:
-    """Runs the before-exit functions, then ends without TensorFlow's destructors.
-
-    Called once the checkpoint and summaries are written: tearing down tf.data
-    iterators can block for a minute (paragan_tf/train/teardown.py says why), and a
-    preempted job has a short grace period.
-    """
-    while _BEFORE_EXIT:
-        _BEFORE_EXIT.pop()()
-    logging.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    quiet_startup.drain()
     teardown.exit_now(code)
 
 

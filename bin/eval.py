@@ -36,6 +36,7 @@ from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
 from paragan_tf.train import model_dir as model_dir_lib
+from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -77,7 +78,7 @@ def _write_stats(path: str) -> None:
     experiment.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
                      ["eval.reference_stats = None"], finalize=False)
     path = model_dir_lib.resolve(path)
-    evaluator = evaluator_lib.Evaluator(experiment.build(check_data=False),
+    evaluator = evaluator_lib.Evaluator(experiment.eval_subject(experiment.build(check_data=False)),
                                         os.path.dirname(path), write=False)
     written = evaluator.write_stats(path)
     print(json.dumps(dict(path=written.path, sha1=written.sha1, **written.protocol)),
@@ -87,14 +88,14 @@ def _write_stats(path: str) -> None:
 def _main() -> int:
     if FLAGS.write_stats:
         _write_stats(FLAGS.write_stats)
-        common.exit_now(0)
+        teardown.exit_now(0)
     model_dir = common.model_dir()
     if FLAGS.watch:
         _wait_for_first_checkpoint(model_dir)
     exp, path = common.restore_run(model_dir, FLAGS.checkpoint)
     out_dir = (model_dir_lib.resolve(FLAGS.eval_dir) if FLAGS.eval_dir
                else os.path.join(model_dir, "eval"))
-    evaluator = evaluator_lib.Evaluator(exp, out_dir)
+    evaluator = evaluator_lib.Evaluator(experiment.eval_subject(exp), out_dir)
     writer = tf.summary.create_file_writer(out_dir)
     saver = checkpoints.Checkpointer(model_dir, max_to_keep=1000, **exp.trackables())
     done = {e["checkpoint"] for e in evaluator.history["evaluations"]}
@@ -102,7 +103,7 @@ def _main() -> int:
         result = evaluator.evaluate(int(exp.step.numpy()), path, writer)
         print(json.dumps(dict(step=int(exp.step.numpy()), checkpoint=path, **result)),
               flush=True)
-        common.exit_now(0)
+        teardown.exit_now(0)
     last_new = time.monotonic()
     while True:
         pending = _pending(model_dir, done)
@@ -127,7 +128,7 @@ def _main() -> int:
         time.sleep(FLAGS.poll_secs)
     best = evaluator.history["best"]
     print(json.dumps(best), flush=True)
-    common.exit_now(0)
+    teardown.exit_now(0)
 
 
 if __name__ == "__main__":

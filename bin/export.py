@@ -19,6 +19,7 @@ from absl import logging
 import common
 from paragan_tf.generate import export
 from paragan_tf.generate import sampling
+from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -40,7 +41,7 @@ def _main() -> int:
         dataset=exp.source.name, classes=exp.classes, layout=exp.layout.precision))
     logging.info("exported the EMA generator of %s to %s", checkpoint, output)
     print(output, flush=True)
-    common.exit_now(0)
+    teardown.exit_now(0)
 
 
 if __name__ == "__main__":

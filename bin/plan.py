@@ -35,6 +35,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.scale import devices as devices_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import experiment
+from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -78,7 +79,7 @@ def _main() -> int:
         extra=_custom(FLAGS.custom_device) if FLAGS.custom_device else None)
     targets = [plan_lib.parse_target(t) for t in FLAGS.devices]
     devices = {name: catalogue.device(name) for name, _ in targets}
-    configured = plan_lib.configured_precision()
+    configured = experiment.configured_precision()
     precisions = sorted({d.auto_precision() if configured == "auto" else configured
                          for d in devices.values()})
     began = time.perf_counter()
@@ -104,7 +105,7 @@ def _main() -> int:
         os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
         with open(FLAGS.output, "w") as f:
             json.dump(result, f, indent=1)
-    common.exit_now(0)
+    teardown.exit_now(0)
 
 
 if __name__ == "__main__":

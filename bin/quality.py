@@ -40,8 +40,9 @@ from paragan_tf.eval import inception
 from paragan_tf.eval import metrics as metrics_lib
 from paragan_tf.eval import reference_stats
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
 from paragan_tf.train import model_dir as model_dir_lib
+from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/quality", "Where the classifier, run and metrics go.")
@@ -72,25 +73,25 @@ def _classifier(path: str) -> dict:
 class _Fid:
     """The FID side of the benchmark: an Inception evaluator against stored statistics."""
 
-    def __init__(self, exp, evaluator: evaluator_lib.Evaluator, out: str):
+    def __init__(self, subject, evaluator: evaluator_lib.Evaluator, out: str):
         self.dir = os.path.join(out, "fid")
         config = dataclasses.replace(evaluator.config, feature_extractor="inception",
                                      classifier_path=None, reference_stats=None)
-        reference = self._stats(exp, config, evaluator.reference_split)
+        reference = self._stats(subject, config, evaluator.reference_split)
         self.floor = None
-        if evaluator.reference_split != exp.data.split:  # a held-out split: real vs real
-            training = self._stats(exp, config, exp.data.split)
+        if evaluator.reference_split != subject.data.split:  # a held-out split: real vs real
+            training = self._stats(subject, config, subject.data.split)
             self.floor = metrics_lib.frechet_distance_from_statistics(
                 training.mu, training.sigma, reference.mu, reference.sigma)
-            logging.info("FID floor (%s vs %s split, %d images each): %.4f", exp.data.split,
+            logging.info("FID floor (%s vs %s split, %d images each): %.4f", subject.data.split,
                          evaluator.reference_split, reference.count, self.floor)
         self.evaluator = evaluator_lib.Evaluator(
-            exp, self.dir, dataclasses.replace(config, reference_stats=reference.path))
+            subject, self.dir, dataclasses.replace(config, reference_stats=reference.path))
 
-    def _stats(self, exp, config, split: str):
+    def _stats(self, subject, config, split: str):
         path = os.path.join(self.dir, f"{split}.npz")
         config = dataclasses.replace(config, reference_split=split)
-        writer = evaluator_lib.Evaluator(exp, self.dir, config, write=False)
+        writer = evaluator_lib.Evaluator(subject, self.dir, config, write=False)
         try:  # computed once: a rerun reuses them if the protocol still matches
             return reference_stats.read(path, writer.protocol, inception.FEATURES)
         except common.ConfigError:
@@ -118,7 +119,8 @@ def _main() -> int:
     experiment.parse(FLAGS.gin_file, bindings, finalize=False)
     info = _classifier(classifier_dir)
     exp = experiment.build()
-    evaluator = evaluator_lib.Evaluator(exp, run_dir)
+    subject = experiment.eval_subject(exp)
+    evaluator = evaluator_lib.Evaluator(subject, run_dir)
     first = [e for e in evaluator.history["evaluations"] if e["step"] == 0]
     fresh = int(exp.step.numpy()) == 0 and not model_dir_lib.latest_checkpoint(run_dir)
     if not first and not fresh:
@@ -130,9 +132,9 @@ def _main() -> int:
         if not fresh and not _Fid.evaluated(out, 0):
             common.fail(f"{run_dir} holds a run without its step-0 FID; use a fresh "
                         "--output_dir or --nofid")
-        fid = _Fid(exp, evaluator, out)
+        fid = _Fid(subject, evaluator, out)
     fid_start = fid.at(0) if fid else None
-    result = loop.train(exp, run_dir)
+    result = driver.train(exp, run_dir)
     steps = int(result["step"])
     with open(os.path.join(run_dir, history_lib.METRICS_FILE)) as f:
         end = json.load(f)
@@ -160,7 +162,7 @@ def _main() -> int:
         json.dump(metrics, f, indent=1)
     logging.info("quality: %s", json.dumps({k: v for k, v in metrics.items() if k != "best"}))
     print(path, flush=True)
-    common.exit_now(0)
+    teardown.exit_now(0)
 
 
 if __name__ == "__main__":

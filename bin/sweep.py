@@ -29,7 +29,7 @@ from absl import flags
 
 import common
 from paragan_tf.errors import ConfigError
-from paragan_tf.train import records
+from paragan_tf.train import run_files
 from paragan_tf.train import sweep as sweep_lib
 
 FLAGS = flags.FLAGS
@@ -92,7 +92,7 @@ def write_hparams(runs, root: str) -> None:
 
 def _last_step(run) -> str:
     """`step/total` of the run's newest progress record (stats.jsonl), or 'starting'."""
-    logged = records.read(run.model_dir, "log")
+    logged = run_files.read(run.model_dir, "log")
     return f"{logged[-1]['step']}/{logged[-1]['total_steps']}" if logged else "starting"
 
 

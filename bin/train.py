@@ -27,13 +27,12 @@ import tensorflow as tf
 
 from paragan_tf.distribute import cluster
 from paragan_tf.distribute import server
-from paragan_tf.errors import Diverged
-from paragan_tf.scale import plan as plan_lib
-from paragan_tf.train import async_loop
+from paragan_tf.errors import Diverged, Interrupted, ParameterServerLost
+from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.train import layout_tuning
-from paragan_tf.train import loop
 from paragan_tf.train import model_dir as model_dir_lib
+from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -58,24 +57,23 @@ def _main() -> int:
     if not FLAGS.dry_run:  # before any work: the folder, and nobody else training in it
         model_dir_lib.check(model_dir)
         if cluster.writes_model_dir(settings.strategy.kind, settings.cluster):
-            # Released (its record cleared) on every exit through common.exit_now; the
+            # Released (its record cleared) on every exit through teardown.exit_now; the
             # kernel releases a killed process's flock, and the next run names that pid.
-            common.before_exit(model_dir_lib.Lock(model_dir).acquire().release)
+            teardown.before_exit(model_dir_lib.Lock(model_dir).acquire().release)
     exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings, measured=measured)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
         memory = experiment.memory_of(exp)
         facts["memory"] = experiment.memory_plan(exp, FLAGS.memory_gib, memory)
-        facts["plan"] = plan_lib.detected_line(exp, memory)
+        facts["plan"] = experiment.plan_line(exp, memory)
         print(json.dumps(facts), flush=True)
         return 0
-    asynchronous = isinstance(exp.strategy, tf.distribute.experimental.ParameterServerStrategy)
     try:
-        result = (async_loop if asynchronous else loop).train(exp, model_dir)
-    except loop.Interrupted as e:
+        result = driver.train(exp, model_dir)
+    except Interrupted as e:
         logging.warning("%s", e)
-        common.exit_now(128 + e.signum)
-    except (async_loop.ParameterServerLost, Diverged, model_dir_lib.DiskFull) as e:
+        teardown.exit_now(128 + e.signum)
+    except (ParameterServerLost, Diverged, model_dir_lib.DiskFull) as e:
         logging.error("%s", e)
         common.fail(str(e), code=1)
     except (OSError, tf.errors.OpError) as e:
@@ -85,7 +83,7 @@ def _main() -> int:
                     f"{str(e).strip().splitlines()[0][:200]}); free space and relaunch to "
                     f"resume from the newest checkpoint", code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
-    common.exit_now(0)  # not through the input iterators' destructors: train/teardown.py
+    teardown.exit_now(0)  # not through the input iterators' destructors: train/teardown.py
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import common
 from paragan_tf.data import config as data_config
 from paragan_tf.data import pipeline
 from paragan_tf.eval import classifier
+from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", [], "Gin config file(s): the experiment's dataset.")
@@ -42,7 +43,7 @@ def _main() -> int:
     classifier.save(model, FLAGS.output, info)
     logging.info("saved %s", FLAGS.output)
     print(json.dumps(info), flush=True)
-    common.exit_now(0)
+    teardown.exit_now(0)
 
 
 if __name__ == "__main__":

@@ -227,8 +227,8 @@ def image_folder(root, corrupt=()):
 def train_tiny(tiny_gin, tmp_path, *bindings):
     """6 steps of gin/tiny.gin (and `bindings`) on one device; the run's result."""
     from paragan_tf.train import experiment
-    from paragan_tf.train import loop
+    from paragan_tf.train import driver
     tiny_gin("train.total_steps = 6", "train.steps_per_loop = 2", "train.log_every = 6",
              "train.d_steps = 1", *bindings)
     exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-    return loop.train(exp, str(tmp_path))
+    return driver.train(exp, str(tmp_path))

@@ -65,13 +65,13 @@ def test_ada_p_follows_the_sign_of_rt_minus_target_at_the_set_speed():
 def test_ada_trains_two_replicas_logs_p_and_resumes_it(tiny_gin, tmp_path):
     from paragan_tf.train import checkpoints
     from paragan_tf.train import experiment
-    from paragan_tf.train import loop
+    from paragan_tf.train import driver
     settings = ("augment.ada_target = 0.6", "augment.ada_interval = 1",
                 "augment.ada_speed_kimg = 1.0")  # p moves 8 / 1000 per D update of 8 images
     tiny_gin(*settings, "train.total_steps = 2")  # 2 steps x 2 D updates
     exp = experiment.build(mirrored_2())
     exp.augment.p.assign(0.5)  # as mid-run: p may move either way
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     p, rt = float(exp.augment.p.numpy()), float(exp.augment.rt.numpy())
     moves = abs(p - 0.5) / 0.008
     assert moves == pytest.approx(round(moves), abs=1e-3) and 1 <= round(moves) <= 4, p

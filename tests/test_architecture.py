@@ -12,7 +12,8 @@ from conftest import REPO
 # Lowest first; a module may import from its own layer and the ones before it.
 LAYERS = [
     {"paragan_tf", "paragan_tf.config", "paragan_tf.errors", "paragan_tf.files",
-     "paragan_tf.layout", "paragan_tf.layout_cache", "paragan_tf.tfgan_compat"},
+     "paragan_tf.layout", "paragan_tf.layout_cache", "paragan_tf.layout_env",
+     "paragan_tf.tfgan_compat"},
     {"paragan_tf.scale", "paragan_tf.distribute", "paragan_tf.data"},
     {"paragan_tf.models"},
     {"paragan_tf.objective"},
@@ -75,10 +76,10 @@ def test_imports_run_downward_only():
 def test_an_upward_import_is_found(tmp_path):
     """The negative control: a data module importing the trainer is reported."""
     bad = tmp_path / "bad.py"
-    bad.write_text("from paragan_tf.train import loop\nimport benchmarks.input\n")
+    bad.write_text("from paragan_tf.train import sync_trainer\nimport benchmarks.input\n")
     assert upward_imports([("paragan_tf.data.bad", str(bad))]) == [
         "paragan_tf.data.bad imports paragan_tf.train from above",
-        "paragan_tf.data.bad imports paragan_tf.train.loop from above",
+        "paragan_tf.data.bad imports paragan_tf.train.sync_trainer from above",
         "paragan_tf.data.bad imports benchmarks.input"]
 
 

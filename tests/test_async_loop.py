@@ -18,7 +18,7 @@ import clusters
 from conftest import PYTHON, REPO
 from paragan_tf.distribute import launcher
 from paragan_tf.errors import ConfigError
-from paragan_tf.train import async_loop
+from paragan_tf.train import async_trainer
 from paragan_tf.train import experiment
 
 pytestmark = pytest.mark.slow
@@ -124,7 +124,7 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
         gin.clear_config()
         tiny_gin(*bindings)
         exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-        async_loop.check_settings(exp, exp.settings.async_train)
+        async_trainer.check_settings(exp)
 
     for binding, name in (("train.simultaneous = True", "train.simultaneous=True"),
                           ("train.profile_steps = 2", "train.profile_steps=2"),
@@ -147,9 +147,9 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
     tiny_gin("train.resume_input = 'reshuffle'", "train.deterministic = True",
              "async_train.mode = 'sample_buffer'", "async_train.max_staleness = 3")
     settings = experiment.Settings.read()
-    exp = dataclasses.replace(exp, settings=settings, config=settings.train)
+    exp = dataclasses.replace(exp, settings=settings)
     with caplog.at_level("WARNING", logger="absl"):
-        async_loop.check_settings(exp, settings.async_train)
+        async_trainer.check_settings(exp)
     warned = " ".join(r.getMessage() for r in caplog.records)
     for name in ("train.steps_per_loop=2", "train.resume_input='reshuffle'",
                  "train.deterministic=True", "async_train.max_staleness=3"):

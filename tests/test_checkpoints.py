@@ -15,7 +15,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
 
 
 def _weights(exp):
@@ -30,7 +30,7 @@ def _one_device():
 def test_checkpoint_round_trip_restores_every_variable(tiny_gin, tmp_path):
     tiny_gin("train.total_steps = 2")
     exp = experiment.build(_one_device())
-    loop.train(exp, str(tmp_path))
+    driver.train(exp, str(tmp_path))
     saved = _weights(exp)
     saved_slots = [v.numpy() for v in exp.g_optimizer.variables]
     gin.clear_config()
@@ -123,7 +123,7 @@ def test_a_change_of_precision_restores_all_but_the_float16_loss_scale(
     (bfloat16) and back: only the loss scale is on one side alone; a new one starts."""
     tiny_gin("train.total_steps = 2", f"layout.precision = '{saved}'")
     exp = experiment.build(_one_device())
-    loop.train(exp, str(tmp_path))
+    driver.train(exp, str(tmp_path))
     weights = _weights(exp)
     gin.clear_config()
     tiny_gin("train.seed = 99", f"layout.precision = '{restored}'")

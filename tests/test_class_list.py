@@ -23,7 +23,7 @@ def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
     resume, before anything is restored. Lazy checking counts the corrupt file in
     health/corrupt_images."""
     import gin  # pylint: disable=import-outside-toplevel
-    from paragan_tf.train import experiment, loop  # pylint: disable=import-outside-toplevel
+    from paragan_tf.train import driver, experiment  # pylint: disable=import-outside-toplevel
     for i in range(6):
         _png(tmp_path / "data" / ("cat", "dog")[i % 2] / f"{i}.png",
              np.full((12, 12, 3), 30 * i, np.uint8))
@@ -37,7 +37,7 @@ def test_hidden_folders_are_no_class_and_a_changed_class_list_is_refused(
         tiny_gin("dataset.name = 'image_folder'", f"dataset.data_dir = '{tmp_path / 'data'}'",
                  "dataset.scan_images = 'lazy'", "train.total_steps = 2")
         exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-        return exp, loop.train(exp, str(tmp_path / "run"))
+        return exp, driver.train(exp, str(tmp_path / "run"))
     with caplog.at_level("INFO", logger="absl"):  # another test may have quietened absl
         exp, result = train()
     assert exp.source.class_names == ("cat", "dog")

@@ -37,7 +37,7 @@ def test_gin_file_parses_and_builds(path):
     experiment.parse(files, ["Generator.ch = 4", "Discriminator.ch = 8",
                               "strategy.kind = 'one_device'"], finalize=False)
     exp = experiment.build(check_data=False)
-    assert exp.generator.resolution == exp.data.resolution
+    assert exp.generator.resolution == exp.settings.data.resolution
 
 
 def test_unknown_binding_is_a_config_error_naming_it():

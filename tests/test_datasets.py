@@ -16,7 +16,7 @@ from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
 from tiny_tfds import TinyDigits
 
 
@@ -199,5 +199,5 @@ def test_corrupt_image_files_are_skipped_and_counted_when_asked(tiny_gin, tmp_pa
     assert "cat/0.png" in caplog.text and "dog/2.png" in caplog.text
     seen = list(exp.source.make("train").as_numpy_iterator())
     assert len(seen) == 6
-    result = loop.train(exp, str(tmp_path / "run"))
+    result = driver.train(exp, str(tmp_path / "run"))
     assert result["step"] == 2 and np.isfinite(result["loss/D"])

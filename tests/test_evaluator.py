@@ -16,15 +16,15 @@ from paragan_tf.data import datasets
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
-from paragan_tf.train import records
+from paragan_tf.train import driver
+from paragan_tf.train import run_files
 
 
 def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,
                                                             mnist_classifier):
     path, _ = mnist_classifier
     tiny_gin("train.total_steps = 4")  # checkpoints at steps 2 and 4
-    loop.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
+    driver.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
     # Folders as a user types them: relative to where the binary runs.
     flags = [f"--model_dir={relative(tmp_path)}",
              f"--gin_bindings=eval.classifier_path='{relative(path)}'",
@@ -59,7 +59,7 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
                  "eval.num_real = 173", "eval.batch_size = 100")
         exp = experiment.build(strategy)  # same seed: same initial weights
         out_dir = str(tmp_path / str(strategy.num_replicas_in_sync))
-        evaluator = evaluator_lib.Evaluator(exp, out_dir)
+        evaluator = evaluator_lib.Evaluator(experiment.eval_subject(exp), out_dir)
         results.append(evaluator.evaluate(0))
         again = evaluator.evaluate(4)  # the traced steps and iterators are reused
         # The kept iterators read the same pass again: the same weights, the same values.
@@ -82,7 +82,8 @@ def test_real_images_are_what_the_split_has_up_to_num_real_and_stamped(
              "eval.num_real = 600", "eval.batch_size = 100", "per_class.group = 0",
              "per_class.num_groups = 10")
     evaluator = evaluator_lib.Evaluator(
-        experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
+        experiment.eval_subject(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))),
+        str(tmp_path))
     assert evaluator.num_real == 500
     assert evaluator.protocol["real"] == 500
     assert evaluator.protocol["name"] == "fcd0.1k_train0.5k"
@@ -106,7 +107,7 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
     path, _ = mnist_classifier
     tiny_gin("train.total_steps = 4", "eval.every_steps = 2", f"eval.classifier_path = '{path}'",
              "eval.num_samples = 100", "eval.num_real = 100", "eval.batch_size = 50")
-    result = loop.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")),
+    result = driver.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")),
                         str(tmp_path))
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert [e["step"] for e in saved["evaluations"]] == [2, 4]
@@ -131,7 +132,7 @@ def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_cla
     # The run's stats.jsonl: a record per progress line and per evaluation, the values and
     # timings the benchmarks read (benchmarks/eval_scaling.py), and the end.
     from benchmarks import eval_scaling
-    stats = records.read(str(tmp_path))
+    stats = run_files.read(str(tmp_path))
     assert [(r["kind"], r["step"]) for r in stats] == [
         ("log", 2), ("eval", 2), ("log", 4), ("eval", 4), ("end", 4)]
     evaluated = [r for r in stats if r["kind"] == "eval"]
@@ -153,7 +154,7 @@ def test_the_logit_gap_is_d_on_the_training_subset_minus_d_on_held_out_images(
              f"eval.classifier_path = '{path}'", "eval.num_samples = 200",
              "eval.num_real = 200", "eval.batch_size = 100")
     exp = experiment.build(mirrored_2())  # two replicas share each batch of the gap
-    evaluator = evaluator_lib.Evaluator(exp, str(tmp_path / "eval"))
+    evaluator = evaluator_lib.Evaluator(experiment.eval_subject(exp), str(tmp_path / "eval"))
     assert evaluator.protocol["logit_gap_samples"] == 100  # 10 per class, not num_real
     gap = evaluator.evaluate(0)["d_logit_gap"]
     # By hand, on one device: the first 10 training images of each class in the stored

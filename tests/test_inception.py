@@ -148,7 +148,7 @@ def test_fid_is_the_default_for_colour_images_stamped_and_split_across_replicas(
     for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"), mirrored_2()):
         tiny_gin("dataset.name = 'synthetic'", "eval.num_samples = 21",
                  "eval.num_real = 20", "eval.batch_size = 10")
-        evaluator = evaluator_lib.Evaluator(experiment.build(strategy),
+        evaluator = evaluator_lib.Evaluator(experiment.eval_subject(experiment.build(strategy)),
                                             str(tmp_path / str(strategy.num_replicas_in_sync)))
         results.append(evaluator.evaluate(0))
         protocol = evaluator.protocol

@@ -14,7 +14,8 @@ from paragan_tf import layout_env
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
+from paragan_tf.train import sync_trainer
 
 ONE_DEVICE = tf.distribute.OneDeviceStrategy("/cpu:0")
 CPU_PLAIN = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "avx512f"}))
@@ -153,7 +154,7 @@ def test_bfloat16_step_is_finite_and_keeps_float32_state(tiny_gin, tmp_path):
         assert exp.layout.precision == "mixed_bfloat16"
         assert exp.generator.blocks[0].conv1.op_dtype == "bfloat16"  # matrix work in bf16
         assert exp.discriminator.linear.op_dtype == "float32"  # logits in float32
-        result = loop.train(exp, str(tmp_path))
+        result = driver.train(exp, str(tmp_path))
         for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
             assert np.isfinite(result[key]), key
         variables = (exp.generator.variables + exp.discriminator.variables
@@ -171,8 +172,8 @@ def test_bfloat16_step_is_finite_and_keeps_float32_state(tiny_gin, tmp_path):
 
 def _xla_compiled_calls(exp) -> int:
     """Function calls marked must-compile (XLA) in the training loop's traced graph."""
-    fn = loop.make_loop_fn(exp, loop.make_gan_step(exp))
-    graph = fn.get_concrete_function(loop.real_batches(exp, 0), loop.noise_batches(exp, 0),
+    fn = sync_trainer.make_loop_fn(exp, sync_trainer.make_gan_step(exp))
+    graph = fn.get_concrete_function(sync_trainer.real_batches(exp, 0), sync_trainer.noise_batches(exp, 0),
                                      tf.constant(1, tf.int64)).graph.as_graph_def()
     nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
     return sum(n.attr["_XlaMustCompile"].b for n in nodes)
@@ -184,5 +185,5 @@ def test_xla_compiled_step_trains(tiny_gin, tmp_path):
     assert exp.layout.xla
     # The per-replica step is the one XLA cluster (0 with layout.xla = 'off', tried).
     assert _xla_compiled_calls(exp) == 1
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     assert result["step"] == 2 and np.isfinite(result["loss/D"])

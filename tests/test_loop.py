@@ -1,4 +1,4 @@
-"""The synchronous training loop (train/loop.py and its controller): a diverging run stops,
+"""The synchronous training loop (train/sync_trainer.py and its controller): a diverging run stops,
 the same seed is bit for bit the same and a resumed run equals an uninterrupted one, and
 the input's share of the step time is measured."""
 
@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from benchmarks import congestion  # noqa: F401  (registers @CongestedStore with gin)
 from conftest import train_tiny
 from paragan_tf.errors import Diverged
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
 
 
 def _weights(exp):
@@ -36,7 +37,7 @@ def test_diverging_run_stops_after_k_skipped_steps_with_only_finite_checkpoints(
              "D/optimizer.learning_rate = 1e38", "train.max_to_keep = 100")
     exp = experiment.build(_one_device())
     with pytest.raises(Diverged, match=r"3 consecutive steps .*max_consecutive_skips=3"):
-        loop.train(exp, str(tmp_path))
+        driver.train(exp, str(tmp_path))
     skipped = int(exp.health.skipped.numpy())
     assert skipped == 3 and int(exp.health.consecutive.numpy()) == 3
     assert int(exp.step.numpy()) < 40
@@ -59,7 +60,7 @@ def _train(tiny_gin, model_dir, total_steps, *extra):
     tiny_gin(f"train.total_steps = {total_steps}", "dataset.random_flip = True",
              "train.checkpoint_every = 100", "train.sample_every = 100", *extra)
     exp = experiment.build(_one_device())
-    loop.train(exp, str(model_dir))
+    driver.train(exp, str(model_dir))
     return exp
 
 
@@ -114,14 +115,14 @@ def test_input_wait_fraction_separates_a_slow_store_from_cached_data(tiny_gin, t
 def test_max_minutes_ends_the_run_as_at_its_last_step(tiny_gin, tmp_path):
     # A budget of 0.6 ms passes during the first call (one loop of 2 steps): that step is
     # then the last, with what a finished run leaves (final checkpoint, result, end record).
-    from paragan_tf.train import records
+    from paragan_tf.train import run_files
     tiny_gin("train.total_steps = 1000", "train.steps_per_loop = 2", "train.log_every = 500",
              "train.checkpoint_every = 500", "train.sample_every = 500",
              "train.max_minutes = 0.00001")
     exp = experiment.build(_one_device())
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     assert result["step"] == 2 and int(exp.step.numpy()) == 2
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
     assert os.path.exists(os.path.join(str(tmp_path), "samples", "step_0000002.png"))
-    assert [r["step"] for r in records.read(str(tmp_path), "end")] == [2]
-    assert [r["step"] for r in records.read(str(tmp_path), "log")] == [2]
+    assert [r["step"] for r in run_files.read(str(tmp_path), "end")] == [2]
+    assert [r["step"] for r in run_files.read(str(tmp_path), "log")] == [2]

@@ -47,7 +47,7 @@ def test_policy_file_gives_each_network_its_own_scaled_rate_and_schedule(tiny_gi
     assert g_rate.peak == pytest.approx(1e-4 * 16 / 256)  # effective batch 8 x 2
     assert d_rate.peak == pytest.approx(5e-4 * 16 / 256)
     assert g_rate.warmup_steps == d_rate.warmup_steps == 1000
-    assert exp.config.d_steps == 2
+    assert exp.settings.train.d_steps == 2
     # Each schedule runs on its own network's update count.
     exp.d_optimizer.iterations.assign(499)
     assert float(d_rate(exp.d_optimizer.iterations)) == pytest.approx(d_rate.peak / 2)

@@ -24,7 +24,7 @@ from paragan_tf.data import prepare
 from paragan_tf.data import records
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
 
 
 # ---- the interleave arithmetic, against tf.data itself ------------------------------
@@ -318,7 +318,7 @@ def _train_records(tiny_gin, model_dir, total_steps, data_dir, *extra):
              "dataset.random_flip = True", "train.checkpoint_every = 100",
              "train.sample_every = 100", "input_pipeline.max_read_parallelism = 3", *extra)
     exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-    loop.train(exp, str(model_dir))
+    driver.train(exp, str(model_dir))
     return experiment.weights_digest(exp)
 
 

@@ -25,7 +25,7 @@ def _evaluator(tiny_gin, output_dir, *bindings):
     from paragan_tf.eval import evaluator as evaluator_lib
     from paragan_tf.train import experiment
     tiny_gin(*SYNTHETIC, *bindings)
-    return evaluator_lib.Evaluator(experiment.build(), str(output_dir))
+    return evaluator_lib.Evaluator(experiment.eval_subject(experiment.build()), str(output_dir))
 
 
 def test_stored_statistics_give_the_fid_of_the_real_images_and_refuse_another_protocol(

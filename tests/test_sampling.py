@@ -14,7 +14,7 @@ from paragan_tf.generate import sampling
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
 
 
 def test_latents_are_deterministic_and_truncation_bounds_them():
@@ -98,7 +98,7 @@ def test_soft_class_weights_equal_integer_labels_so_class_interpolation_is_exact
 
 def test_sample_binary_draws_interpolations(tiny_gin, tmp_path):
     tiny_gin("train.total_steps = 2")
-    loop.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
+    driver.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
     proc = run_binary("sample.py", f"--model_dir={tmp_path}", "--mode=class_interpolation",
                       "--classes=0,5,9", "--per_class=6", "--standing_stats_batches=1")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -16,7 +16,8 @@ from paragan_tf.objective import augment
 from paragan_tf.objective import losses
 from paragan_tf.objective import penalties
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
+from paragan_tf.train import sync_trainer
 from paragan_tf.train import optimizers
 from paragan_tf.train import step as step_lib
 
@@ -41,7 +42,7 @@ def test_one_step_trains_every_loss_d_steps_and_bn_mode(tiny_gin, tmp_path, loss
              "train.total_steps = 1", "train.ema_decay = 0.5")
     exp = experiment.build(mirrored_2() if sync_bn else _one_device())
     before = _weights(exp)
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     after = _weights(exp)
     assert result["step"] == 1 and int(exp.step.numpy()) == 1
     assert int(exp.d_optimizer.iterations.numpy()) == d_steps
@@ -65,7 +66,7 @@ def _train_one_step(tiny_gin, strategy, model_dir, sync_bn=True):
              "dataset.shuffle_buffer = 1")
     exp = experiment.build(strategy)
     initial = _weights(exp)
-    loop.train(exp, str(model_dir))
+    driver.train(exp, str(model_dir))
     gin.clear_config()
     return initial, _weights(exp)
 
@@ -107,7 +108,7 @@ def test_gradient_clipping_and_accumulation_run_and_bound_the_update(tiny_gin, t
              "train.ortho_reg = 1e-4")
     exp = experiment.build(_one_device())
     before = [v.numpy() for v in exp.discriminator.trainable_variables]
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     assert result["grad_norm/D"] > 1e-3  # the raw norm was above the clip ...
     delta = np.sqrt(sum(np.sum((v.numpy() - b) ** 2)
                         for v, b in zip(exp.discriminator.trainable_variables, before)))
@@ -140,7 +141,7 @@ def test_accumulating_two_micro_batches_equals_two_replicas_of_one(tiny_gin, tmp
         exp = experiment.build(strategy)
         _converge_power_iterations(exp)
         before = _weights(exp)
-        loop.train(exp, str(tmp_path / str(accumulation)))
+        driver.train(exp, str(tmp_path / str(accumulation)))
         gin.clear_config()
         results.append((before, _weights(exp)))
     (before_a, after_a), (before_b, after_b) = results
@@ -214,7 +215,7 @@ def test_simultaneous_update_takes_g_against_the_d_before_the_d_update(tiny_gin)
 def test_nan_in_a_real_batch_skips_the_update_of_both_networks(tiny_gin, two_replicas):
     tiny_gin("train.d_steps = 1")
     exp = experiment.build(mirrored_2() if two_replicas else _one_device())
-    gan_step = loop.make_gan_step(exp)
+    gan_step = sync_trainer.make_gan_step(exp)
     noise = [(tf.random.normal([8, 16], seed=i), tf.range(8) % 10) for i in range(2)]
     images = tf.random.uniform([8, 32, 32, 1], -1, 1, seed=1)
     # One NaN pixel in one example: on two replicas only the first replica sees it.
@@ -278,8 +279,8 @@ def test_bfloat16_step_at_every_resolution(policy, resolution):
 def _gradients(exp, **changes):
     """D's gradient for one fixed batch under `exp`'s step with StepConfig `changes`."""
     import dataclasses
-    from paragan_tf.train import loop
-    step = loop.make_gan_step(exp)
+    from paragan_tf.train import sync_trainer
+    step = sync_trainer.make_gan_step(exp)
     loss_fn = changes.pop("loss_fn", exp.loss_fn)
     step = type(step)(exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer,
                       loss_fn, dataclasses.replace(step.config, **changes),
@@ -320,7 +321,7 @@ def test_every_setting_at_once_trains_two_replicas_and_lecam_follows_the_logits(
                                                                                  tmp_path):
     from paragan_tf.train import checkpoints
     from paragan_tf.train import experiment
-    from paragan_tf.train import loop
+    from paragan_tf.train import driver
     everything = ("augment.policy = 'color,translation,cutout'", "loss.fn = @relativistic",
                   "penalties.r1_gamma = 1.0", "penalties.r2_gamma = 1.0",
                   "penalties.lazy_interval = 2", "penalties.bcr_real = 10.0",
@@ -330,7 +331,7 @@ def test_every_setting_at_once_trains_two_replicas_and_lecam_follows_the_logits(
     tiny_gin(*everything, "penalties.lecam_decay = 0.0", "train.d_steps = 1",
              "train.total_steps = 1")
     exp = experiment.build(mirrored_2())
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
         assert np.isfinite(result[key]), key
     np.testing.assert_allclose(exp.lecam_state.numpy(),
@@ -344,12 +345,12 @@ def test_every_setting_at_once_trains_two_replicas_and_lecam_follows_the_logits(
 
 def test_lazy_r1_under_bfloat16_stays_finite(tiny_gin, tmp_path):
     from paragan_tf.train import experiment
-    from paragan_tf.train import loop
+    from paragan_tf.train import driver
     tiny_gin("layout.precision = 'mixed_bfloat16'", "penalties.r1_gamma = 10.0",
              "penalties.r2_gamma = 10.0", "penalties.lazy_interval = 2",
              "augment.policy = 'color,translation,cutout'", "train.total_steps = 2")
     exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     assert exp.layout.precision == "mixed_bfloat16"
     for key in ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G"):
         assert np.isfinite(result[key]), key
@@ -372,10 +373,10 @@ def _set_scale(optimizer, value: float) -> None:
 
 
 def _trainer_steps(exp):
-    """run(n): n steps of `exp`'s synchronous training loop (train/loop.py), its NaN guard
+    """run(n): n steps of `exp`'s synchronous training loop (train/sync_trainer.py), its NaN guard
     counters included, on the run's own input streams."""
-    loop_fn = loop.make_loop_fn(exp, loop.make_gan_step(exp))
-    real_it, noise_it = loop.real_batches(exp, 1), loop.noise_batches(exp, 2)
+    loop_fn = sync_trainer.make_loop_fn(exp, sync_trainer.make_gan_step(exp))
+    real_it, noise_it = sync_trainer.real_batches(exp, 1), sync_trainer.noise_batches(exp, 2)
     return lambda n=1: loop_fn(real_it, noise_it, tf.constant(n, tf.int64))
 
 
@@ -388,7 +389,7 @@ def test_float16_trains_through_the_trainer_and_checkpoints_its_loss_scales(tiny
     exp = _float16(tiny_gin, _one_device(), "penalties.r1_gamma = 1.0",
                    "penalties.lazy_interval = 2", "train.total_steps = 8",
                    "train.max_consecutive_skips = 1", "train.sample_every = 8")
-    result = loop.train(exp, str(tmp_path))
+    result = driver.train(exp, str(tmp_path))
     skipped = int(exp.health.skipped.numpy())
     scales = {n: result[f"health/loss_scale_{n}"] for n in "GD"}
     print(f"float16 run: {skipped} of 8 steps skipped, scales {scales}, losses "
@@ -486,7 +487,7 @@ def test_float16_gradients_and_r1_match_float32_on_the_same_weights(tiny_gin, po
         tiny_gin(f"layout.precision = '{precision}'", "train.d_steps = 1",
                  "penalties.r1_gamma = 1.0", "penalties.r2_gamma = 1.0")
         exp = experiment.build(_one_device())
-        return exp, loop.make_gan_step(exp)
+        return exp, sync_trainer.make_gan_step(exp)
     exp32, step32 = step_of("float32")
     exp16, step16 = step_of("mixed_float16")
     rng = np.random.default_rng(0)

@@ -23,7 +23,7 @@ what comes before:
     been read; the stream restarts from there (each open shard skips its read
     records, rotated so the next one to serve comes first), at the start of p's
     window, and drops the records of the window before p.
-The checkpoint holds the seed and the step (train/loop.py's input state); the
+The checkpoint holds the seed and the step (train/sync_trainer.py's input state); the
 shard order and the offsets follow from them, and the log names them on resume.
 """
 

@@ -2,7 +2,7 @@
 
 docs/design.md section 4: measure, per step, how long training waited for input; when
 that wait grows (a congested store), raise read parallelism and prefetch depth,
-and report it. The trainer (train/loop.py) measures `perf/input_wait_frac` per
+and report it. The trainer (train/sync_trainer.py) measures `perf/input_wait_frac` per
 log window and feeds it to `InputTuner.observe`; when the tuning changes it
 builds a new input iterator with it (data/pipeline.py reads the settings).
 """

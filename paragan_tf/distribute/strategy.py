@@ -7,7 +7,7 @@ kinds:
                          multi-replica code paths run, and are tested, without GPUs).
   multi_worker_mirrored  synchronous training across the processes of the cluster
                          (TF_CONFIG or Slurm, see cluster.py and README).
-  parameter_server       asynchronous training (train/async_loop.py): variables on
+  parameter_server       asynchronous training (train/async_trainer.py): variables on
                          the parameter servers, closures run by the workers, this
                          process the coordinator. Worker and ps tasks run a server.
   tpu                    TPUStrategy through TPUClusterResolver(`tpu`). No TPU is

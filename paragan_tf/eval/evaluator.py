@@ -37,27 +37,29 @@ from paragan_tf.eval import history as history_lib
 from paragan_tf.eval import metrics
 from paragan_tf.eval import reference_stats
 from paragan_tf.eval.config import EvalConfig
+from paragan_tf.eval.subject import Subject
 from paragan_tf.generate import sampling
 
 PROGRESS_SECONDS = 30.0  # a progress line at most this often in a long evaluation phase
 
 
 class Evaluator:
-    """Evaluates an Experiment's EMA generator; keeps metrics.json and the best checkpoint."""
+    """Evaluates a run's EMA generator (an eval.subject.Subject); keeps metrics.json and
+    the best checkpoint."""
 
-    def __init__(self, exp, output_dir: str, config: Optional[EvalConfig] = None,
+    def __init__(self, run: Subject, output_dir: str, config: Optional[EvalConfig] = None,
                  write: bool = True):
-        self.exp, self.output_dir, self.write = exp, output_dir, write
-        self.config = cfg = config or exp.eval_config
-        if cfg.batch_size % exp.strategy.num_replicas_in_sync:
+        self.run, self.output_dir, self.write = run, output_dir, write
+        self.config = cfg = config or run.eval_config
+        if cfg.batch_size % run.strategy.num_replicas_in_sync:
             raise ConfigError(f"eval.batch_size={cfg.batch_size} is not divisible by the "
-                              f"{exp.strategy.num_replicas_in_sync} replicas")
-        kind = features_lib.resolve_kind(cfg.feature_extractor, exp.source.channels,
+                              f"{run.strategy.num_replicas_in_sync} replicas")
+        kind = features_lib.resolve_kind(cfg.feature_extractor, run.source.channels,
                                          cfg.classifier_path)
         path = cfg.classifier_path if kind == "classifier" else cfg.inception_path
-        with exp.strategy.scope():
-            self.extractor = features_lib.load(kind, path, exp.data.resolution,
-                                               exp.source.channels, exp.source.name)
+        with run.strategy.scope():
+            self.extractor = features_lib.load(kind, path, run.data.resolution,
+                                               run.source.channels, run.source.name)
         self.names = self.extractor.names
         self._real: Optional[Dict[str, np.ndarray]] = None
         self._loops: Dict[str, tuple] = {}  # name: (traced step, iterator); see _run
@@ -78,18 +80,18 @@ class Evaluator:
 
     def _reference_images(self):
         """(split, dataset) of the real images compared (eval.reference_split)."""
-        split, exp = self.config.reference_split, self.exp
+        split, run = self.config.reference_split, self.run
         if split != "auto":
-            return split, exp.source.make(split)
+            return split, run.source.make(split)
         try:  # the test split when the dataset has one
-            return "test", exp.source.make("test")
+            return "test", run.source.make("test")
         except ConfigError:
-            return exp.data.split, exp.source.make(exp.data.split)
+            return run.data.split, run.source.make(run.data.split)
 
     def _use_reference_stats(self, path: str) -> None:
         """Compares with the stored statistics at `path` from now on (checked first)."""
-        exp = self.exp
-        probe = tf.zeros([1, exp.data.resolution, exp.data.resolution, exp.source.channels])
+        run = self.run
+        probe = tf.zeros([1, run.data.resolution, run.data.resolution, run.source.channels])
         feature_size = self.extractor.info.get("features") or int(
             self.extractor.call(probe)["features"].shape[-1])
         self.reference = reference_stats.read(path, self.protocol, feature_size)
@@ -112,7 +114,7 @@ class Evaluator:
         features = self.real_features()["features"]
         written = reference_stats.write(path, features, self.protocol)
         logging.info("wrote the statistics of %d %s images of %s to %s (sha1 %s)",
-                     len(features), self.reference_split, self.exp.source.name, path,
+                     len(features), self.reference_split, self.run.source.name, path,
                      written.sha1[:12])
         return written
 
@@ -121,8 +123,8 @@ class Evaluator:
         are fewer: a setting is an upper bound, so the default (10,000)
         works on small data such as mnist5k's 5,000. Counted before any work, stamped in
         the protocol."""
-        cfg, exp = self.config, self.exp
-        examples = pipeline.keep_classes(self._reference, exp.classes, exp.source.num_classes)
+        cfg, run = self.config, self.run
+        examples = pipeline.keep_classes(self._reference, run.classes, run.source.num_classes)
         available = int(tf.data.experimental.cardinality(examples))
         if available < 0:  # unknown (a filter, files): count up to the setting
             available = int(examples.take(cfg.num_real).reduce(
@@ -130,11 +132,11 @@ class Evaluator:
         if available >= cfg.num_real:
             return cfg.num_real
         if not available:
-            raise ConfigError(f"the {self.reference_split} split of {exp.source.name} has no "
+            raise ConfigError(f"the {self.reference_split} split of {run.source.name} has no "
                               f"images of this run's classes to evaluate against")
         logging.warning("eval.num_real=%d, but the %s split of %s has %d images of this "
                         "run's classes: evaluating against those", cfg.num_real,
-                        self.reference_split, exp.source.name, available)
+                        self.reference_split, run.source.name, available)
         return available
 
     def _protocol(self) -> Dict[str, object]:
@@ -143,10 +145,10 @@ class Evaluator:
         The name follows StyleGAN2-ADA's (`fid50k_full`): the distance, the generated
         samples in thousands, the reference split and its size, e.g. `fcd5k_test10k`.
         """
-        cfg, exp = self.config, self.exp
+        cfg, run = self.config, self.run
         fits = {"pad": "padded (larger: cropped)", "resize": "centre-cropped and area-resized",
                 "auto": "padded if smaller, else centre-cropped and area-resized"}
-        resize = f"{fits.get(exp.data.fit, exp.data.fit)} to {exp.data.resolution} px"
+        resize = f"{fits.get(run.data.fit, run.data.fit)} to {run.data.resolution} px"
         if self.extractor.kind == "inception":
             resize += f", then {self.extractor.info['resize']}"
 
@@ -154,7 +156,7 @@ class Evaluator:
         name = (f"{self.names['frechet']}{thousands(cfg.num_samples)}_{self.reference_split}"
                 f"{thousands(self.num_real)}")
         return {"name": name, "extractor": self.extractor.kind,
-                "dataset": exp.source.name, "classes": [int(c) for c in exp.classes],
+                "dataset": run.source.name, "classes": [int(c) for c in run.classes],
                 "extractor_path": self.extractor.path,
                 **{f"extractor_{k}": v for k, v in self.extractor.info.items()
                    if k in ("network", "weights", "sha1")},
@@ -165,7 +167,7 @@ class Evaluator:
                                                       self.num_real),
                 "nearest_k": cfg.nearest_k,
                 "logit_gap_samples": (self._gap_samples() if self.reference_split !=
-                                      exp.data.split else 0)}
+                                      run.data.split else 0)}
 
     @staticmethod
     def _thousands(n: int) -> str:
@@ -174,30 +176,30 @@ class Evaluator:
     def _gap_samples(self) -> int:
         """Images per side of the logit gap: the training stream's (per_class_limit and
         class groups applied), at most the real images compared."""
-        exp = self.exp
+        run = self.run
         n = self.num_real
-        if exp.data.per_class_limit:
-            n = min(n, exp.data.per_class_limit * len(exp.classes))
+        if run.data.per_class_limit:
+            n = min(n, run.data.per_class_limit * len(run.classes))
         return n
 
     def _fitted(self, ds: tf.data.Dataset, n: int) -> tf.data.Dataset:
         """The first n examples of `ds` (of this run's classes), fitted."""
-        exp = self.exp
-        ds = pipeline.keep_classes(ds, exp.classes, exp.source.num_classes)
-        return ds.map(lambda image, label: (pipeline.fit_image(image, exp.data.resolution,
-                                                               exp.data.fit), label),
+        run = self.run
+        ds = pipeline.keep_classes(ds, run.classes, run.source.num_classes)
+        return ds.map(lambda image, label: (pipeline.fit_image(image, run.data.resolution,
+                                                               run.data.fit), label),
                       num_parallel_calls=tf.data.AUTOTUNE).take(n)
 
     def logit_gap(self) -> float:
         """D's mean logit on training images minus on held-out images (see the module doc)."""
         n = self.protocol["logit_gap_samples"]
-        exp = self.exp
+        run = self.run
 
         def d_logits(batch):
             images, labels = batch
-            return {"logits": exp.discriminator((images, labels), training=False)}
+            return {"logits": run.discriminator((images, labels), training=False)}
         train = self._run("logit gap, training images", lambda: self._fitted(
-            pipeline.training_examples(exp.source, exp.data, exp.source.make), n).cache(),
+            pipeline.training_examples(run.source, run.data, run.source.make), n).cache(),
             d_logits, n)
         held_out = self._run("logit gap, held-out images",
                              lambda: self._fitted(self._reference, n).cache(), d_logits, n)
@@ -228,7 +230,7 @@ class Evaluator:
         batches are split by examples (AutoShardPolicy.DATA), never by files, so every
         worker of a cluster reads the same pass and the replicas' parts keep its order.
         """
-        strategy = self.exp.strategy
+        strategy = self.run.strategy
         padded = n + -n % strategy.num_replicas_in_sync
         batch = min(padded, self.config.batch_size)  # the batch size divides by the replicas
         if name not in self._loops:
@@ -283,12 +285,12 @@ class Evaluator:
         return self._real
 
     def _generated(self) -> Dict[str, np.ndarray]:
-        cfg, exp = self.config, self.exp
-        g = exp.generator_ema
+        cfg, run = self.config, self.run
+        g = run.generator_ema
 
         def latents_and_labels():
-            classes = tf.constant(exp.classes, tf.int32)
-            labels = tf.gather(classes, tf.range(cfg.num_samples) % len(exp.classes))
+            classes = tf.constant(run.classes, tf.int32)
+            labels = tf.gather(classes, tf.range(cfg.num_samples) % len(run.classes))
             z = sampling.latents(cfg.num_samples, g.dim_z, cfg.seed)
             return tf.data.Dataset.from_tensor_slices((z, labels))
 
@@ -337,7 +339,7 @@ class Evaluator:
                  writer=None) -> Dict[str, float]:
         """Evaluates the EMA generator as it is now (the weights of `checkpoint`, if given)."""
         start = time.perf_counter()
-        cfg, exp = self.config, self.exp
+        cfg, run = self.config, self.run
         seconds: Dict[str, float] = {}  # per phase, for the log line
 
         def timed(phase, fn):
@@ -346,7 +348,7 @@ class Evaluator:
             seconds[phase] = time.perf_counter() - began
             return out
         timed("standing BN", lambda: sampling.refresh_bn_statistics(
-            exp.generator_ema, exp.source.num_classes, classes=exp.classes))
+            run.generator_ema, run.source.num_classes, classes=run.classes))
         real = None if self.reference else timed("real", self.real_features)
         gen = timed("generation", self._generated)
         result = timed("metrics", lambda: self._host_metrics(real, gen))
@@ -354,12 +356,12 @@ class Evaluator:
             result["d_logit_gap"] = timed("logit gap", self.logit_gap)
         # What the run's stats.jsonl records beside the values (benchmarks read it).
         self.timings = dict(seconds=time.perf_counter() - start, samples=cfg.num_samples,
-                            replicas=exp.strategy.num_replicas_in_sync, phases=seconds)
+                            replicas=run.strategy.num_replicas_in_sync, phases=seconds)
         # The generation is what the replicas share (each generates and embeds its part of
         # every batch); the metrics run on the host.
         logging.info("eval at step %d (%.1f s; %d samples generated and embedded in %.1f s "
                      "on %d replica(s); %s; %s): %s", step, time.perf_counter() - start,
-                     cfg.num_samples, seconds["generation"], exp.strategy.num_replicas_in_sync,
+                     cfg.num_samples, seconds["generation"], run.strategy.num_replicas_in_sync,
                      ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items()
                                if k != "generation"),
                      self.protocol["name"], "  ".join(f"{k} {v:.4g}" for k, v in result.items()))

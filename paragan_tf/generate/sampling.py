@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -108,23 +107,21 @@ def class_interpolation(generator: keras.Model, pairs: Sequence[Sequence[int]], 
     return generator((z, tf.concat(rows, 0)), training=False).numpy()
 
 
-def write_grid(exp, model_dir: str, step: int, writer, is_chief: bool = True) -> str:
-    """The Experiment's EMA-generator grid (rows = classes) to model_dir/samples/ and
-    TensorBoard.
+def write_grid(generator: keras.Model, classes: Sequence[int], path: str, writer, step: int,
+               bn_batch_size: int, per_class: int, seed: int, write: bool = True) -> None:
+    """The grid of `generator` (an EMA generator; rows: some of `classes`) to the PNG
+    `path` and TensorBoard, after refreshing its BN statistics in batches of
+    `bn_batch_size`.
 
     Every worker of a multi-worker run must call this: refreshing the BN
-    statistics runs cross-replica (collective) ops. Only the chief writes.
+    statistics runs cross-replica (collective) ops. Only the one with `write` writes.
     """
-    # Batches no larger than training's: at 512-1024 px a batch of 64 needs many GiB.
-    refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
-                          batch_size=min(64, exp.config.batch_size), classes=exp.classes)
-    rows = [exp.classes[i] for i in default_classes(len(exp.classes))]
-    per_class = 10 if exp.data.resolution <= 256 else 2  # one forward pass for the grid
-    grid = class_grid(exp.generator_ema, rows, per_class=per_class, seed=exp.config.seed)
-    path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
-    if not is_chief:
-        return path
+    refresh_bn_statistics(generator, generator.num_classes, batch_size=bn_batch_size,
+                          classes=classes)
+    rows = [classes[i] for i in default_classes(len(classes))]
+    grid = class_grid(generator, rows, per_class=per_class, seed=seed)
+    if not write:
+        return
     images_lib.write_png(path, grid)
     with writer.as_default():
         tf.summary.image("samples/ema", grid[None], step=step)
-    return path

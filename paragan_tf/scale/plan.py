@@ -91,39 +91,16 @@ class Model:
     total_steps: int
 
 
-def configured_precision() -> str:
-    """layout.precision as the parsed gin config sets it ('auto' when it does not)."""
-    try:
-        return gin.query_parameter("layout.precision")
-    except ValueError:
-        return "auto"
-
-
-def model_of(exp, memory: Dict[str, memory_lib.Plan], precision: str) -> Model:
-    """A built experiment (train/experiment.py: plan_model builds one per precision) and
-    its memory plans as a Model."""
-    cfg = exp.config
-    return Model(precision=precision, memory=memory,
-                 flops=flops_lib.per_example(exp.generator, exp.discriminator),
-                 g_params=sum(int(v.shape.num_elements())
-                              for v in exp.generator.trainable_variables),
-                 d_params=sum(int(v.shape.num_elements())
-                              for v in exp.discriminator.trainable_variables),
-                 effective_batch=cfg.batch_size * cfg.accumulation, d_steps=cfg.d_steps,
-                 total_steps=cfg.total_steps)
-
-
-def detected_line(exp, memory: memory_lib.Plan) -> str:
-    """--dry_run's one line: the plan of this run on the hardware it was built on."""
-    device = devices_lib.detected(exp.layout.hardware.accelerator)
+def detected_line(model: Model, accelerator: str, replicas: int) -> str:
+    """--dry_run's one line: the plan of this run (`model`, at its one precision) on the
+    hardware it was built on (layout.Hardware.accelerator, the strategy's replicas)."""
+    device = devices_lib.detected(accelerator)
     if device is None:
-        return (f"no catalogue row for this {exp.layout.hardware.accelerator}: "
+        return (f"no catalogue row for this {accelerator}: "
                 f"bin/plan.py --custom_device plans it")
-    count = 1 if device.family == "cpu" else exp.strategy.num_replicas_in_sync
-    precision = exp.layout.precision
+    count = 1 if device.family == "cpu" else replicas
     try:
-        row = plan_target(model_of(exp, {precision: memory}, precision), device, count,
-                          devices_lib.catalogue(), Assumptions())
+        row = plan_target(model, device, count, devices_lib.catalogue(), Assumptions())
     except ConfigError as e:
         return f"no plan: {str(e).splitlines()[0]}"
     return describe(row)

@@ -42,23 +42,23 @@ class Closures:
 
     def __init__(self, exp: experiment_lib.Experiment, coordinator, start: int,
                  options: config_lib.AsyncConfig):
-        cfg, strategy = exp.config, exp.strategy
+        cfg, strategy = exp.settings.train, exp.strategy
         k, batch, d_steps = cfg.accumulation, cfg.batch_size, cfg.d_steps
         dim_z, classes = exp.generator.dim_z, exp.classes
         gan_step = step_lib.GANStep(
             exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
             step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg,
-                                augment=exp.augment, penalties=exp.penalties))
-        real_fn = pipeline.real_input_fn(exp.source, exp.data, batch,
+                                augment=exp.augment, penalties=exp.settings.penalties))
+        real_fn = pipeline.real_input_fn(exp.source, exp.settings.data, batch,
                                          cfg.seed * 1_000_003 + start, per_worker=True,
-                                         classes=classes, inputs=exp.input_config)
+                                         classes=classes, inputs=exp.settings.inputs)
         self.real_it = iter(coordinator.create_per_worker_dataset(
             lambda: strategy.distribute_datasets_from_function(real_fn)))
         d_seed, g_seed = cfg.seed * 2 + 1, cfg.seed * 2 + 2
         self.coordinator = coordinator
         self.buffer = buffer = None
         if options.mode == "sample_buffer":
-            resolution = exp.data.resolution
+            resolution = exp.settings.data.resolution
             self.buffer = buffer = sample_buffer.SampleBuffer(
                 strategy, options.buffer_depth, batch,
                 (resolution, resolution, exp.source.channels), dim_z, near=exp.step)

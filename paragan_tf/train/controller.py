@@ -1,66 +1,86 @@
-"""One controller for both trainers: the loop, its intervals as a table of actions, stopping.
+"""The training loop and its intervals, for either trainer; handed its parts, it builds none.
 
-After orbit's Controller: a Trainer (train/trainer.py) runs steps; the
-Controller owns everything around them:
+After orbit's Controller, which is given its trainer, evaluator, checkpoint manager,
+summary writer and actions: ours is given (by train/driver.py, or a test's fakes)
 
-- the loop: `trainer.train(n)` with n never past the next interval boundary, to
-  `train.total_steps`, or until `train.max_minutes` of training have passed (the
-  step reached then is treated as the last);
-- the actions, each run on exact multiples of its interval and at the end: a
-  progress line with TensorBoard scalars and a `stats.jsonl` record (`log`,
-  every `train.log_every`), sample grids (`samples`, `train.sample_every`),
-  checkpoints (`checkpoint`, `train.checkpoint_every`) and evaluations
-  (`evaluation`, `eval.every_steps`);
-- the rates and the ETA: `perf/images_per_sec` and the ETA from wall time between
-  progress lines (checkpoints, samples and evaluations included: what a user waits
-  for), `perf/step_images_per_sec` and `perf/input_wait_frac` from the trainer's
-  compute and input-wait seconds; the first call, which traces, is left out;
-- SIGTERM/SIGINT (train/preemption.py): a flag checked between calls; the run then
-  checkpoints and raises Interrupted (a second Ctrl-C gives up at once).
-  MultiWorkerMirrored runs leave SIGTERM to TensorFlow's preemption handler, so
-  every worker saves at one step;
-- the run's files (train/records.py) and the summary writer; only the chief
-  writes, the other workers of a multi-worker run still join the collective work.
+- a Trainer (train/trainer.py), which runs steps and reports what finished;
+- a checkpointer, already restored: `save(step) -> path`, `saved_step`, `latest`;
+- the Schedule: the last step, the progress-line and checkpoint intervals, the time
+  budget (`train.max_minutes`: the step reached then is treated as the last), the
+  limit of skipped steps in a row, and images per step (for the rates);
+- a summary writer and the run's stats.jsonl (train/run_files.py);
+- further Actions on intervals of their own (sample grids, evaluations);
+- for MultiWorkerMirrored runs, TensorFlow's preemption handler (train/preemption.py);
+- what to do with the finished run's result (`on_end`: the final files).
 
-The trainer owns its input iterators and cluster handles and gives them up in
-`close()`, which the controller calls on every way out (into train/teardown.py's
-PARKED: destroying them can block for a minute).
+It owns the loop: `trainer.train(n)` with n never past the next interval boundary.
+At a boundary, in this order: the progress line (TensorBoard scalars, a stats.jsonl
+record, then `trainer.end_window()`), the actions that run before the checkpoint
+(sample grids), the checkpoint, and the actions that read a checkpoint of this step
+(an evaluation keeps the best checkpoint by copying it). The rates and the ETA:
+`perf/images_per_sec` and the ETA from wall time between progress lines (checkpoints,
+samples and evaluations included: what a user waits for), `perf/step_images_per_sec`
+and `perf/input_wait_frac` from the trainer's compute and input-wait seconds; the
+first call, which traces, is left out.
+
+Two step counts: `scheduled`, the steps handed to the trainer (intervals are
+multiples of it), and `finished`, the steps the trainer reports done. They are equal
+for the synchronous trainer; the asynchronous one's rounds finish after `train`
+returns, and `trainer.state()` (before a checkpoint, and once at the end) waits for
+them.
+
+SIGTERM/SIGINT: a flag checked between calls; the run then checkpoints and raises
+Interrupted (a second Ctrl-C gives up at once). MultiWorkerMirrored runs leave SIGTERM
+to TensorFlow's preemption handler, so every worker saves at one step. Divergence: a
+trainer reports the steps the NaN guard skipped in a row; at the limit the controller
+raises Diverged, naming the newest checkpoint (the last finite weights). The trainer
+is closed on every way out (its iterators go to train/teardown.py's PARKED:
+destroying them can block for a minute).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional, Sequence
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf.data import class_list
-from paragan_tf.errors import ConfigError, Diverged
-from paragan_tf.eval import evaluator as evaluator_lib
-from paragan_tf.generate import sampling
-from paragan_tf.train import checkpoints
-from paragan_tf.train import experiment as experiment_lib
-from paragan_tf.train import model_dir as model_dir_lib
+from paragan_tf.errors import Diverged, Interrupted
 from paragan_tf.train import preemption
 from paragan_tf.train import profiling
-from paragan_tf.train import records
-from paragan_tf.train.trainer import LEVELS, Progress, Trainer
+from paragan_tf.train import run_files
+from paragan_tf.train.trainer import Progress, Trainer
 
-Interrupted = preemption.Interrupted
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """When the controller trains, reports, saves and stops (from train.* settings)."""
+
+    total_steps: int
+    images_per_step: int  # real images a step trains on, across replicas
+    log_every: int
+    checkpoint_every: int = 0  # 0: only at the end
+    max_minutes: float = 0.0  # 0: no time budget
+    max_consecutive_skips: int = 10
 
 
 @dataclasses.dataclass
 class Action:
-    """Work the controller does every `every` steps (and after the last); 0: never."""
+    """Work the controller does every `every` steps (and after the last); 0: never.
+
+    `run(step)` may return metrics for the run's result (an evaluation's). An action
+    `on_checkpoint` runs after the checkpoint, as `run(step, path)` of a checkpoint of
+    that step (saved first when there is none).
+    """
 
     name: str
     every: int
-    run: Callable[[int], None]  # called with the step the run has reached
+    run: Callable[..., Optional[Dict[str, float]]]
+    on_checkpoint: bool = False
 
     def due(self, step: int, last: int) -> bool:
         return bool(self.every) and (step % self.every == 0 or step == last)
@@ -72,7 +92,6 @@ class Window:
     def __init__(self):
         self.steps = 0
         self._means: Dict[str, List[tuple]] = {}
-        self._levels: Dict[str, float] = {}
         self._sums = {"all": {}, "timed": {}}  # seconds of every call / of traced-out ones
         self._steps = {"all": 0, "timed": 0}
         self.restart_clock()
@@ -91,15 +110,13 @@ class Window:
                 if key.endswith("_seconds"):
                     self._sums[which][key] = self._sums[which].get(key, 0.0) + value
         for key, value in progress.metrics.items():
-            if key.startswith(LEVELS):
-                self._levels[key] = value
-            elif not key.endswith("_seconds") and progress.steps:
+            if not key.endswith("_seconds") and progress.steps:
                 self._means.setdefault(key, []).append((value, progress.steps))
 
     def metrics(self, images_per_step: int) -> Dict[str, float]:
-        """Means over the window's steps, levels as they are now, and the window's rates
-        (the tracing call left out unless it is all there is)."""
-        out = dict(self._levels)
+        """Means over the window's steps and the window's rates (the tracing call left
+        out unless it is all there is)."""
+        out = {}
         for key, pairs in self._means.items():
             values, weights = np.array(pairs, dtype=np.float64).T
             finite = np.isfinite(values)  # a step the NaN guard skipped has no losses
@@ -147,170 +164,143 @@ def progress_line(unit: str, step: int, total: int, metrics: Dict[str, float],
 
 
 class Controller:
-    """Trains `trainer` in `model_dir` until train.total_steps; resumes from its newest checkpoint."""
+    """Trains with `trainer` until the schedule's last step; see the module doc."""
 
-    def __init__(self, exp: experiment_lib.Experiment, model_dir: str, trainer: Trainer):
-        self.exp, self.trainer = exp, trainer
-        self.model_dir = model_dir_lib.resolve(model_dir)
+    def __init__(self, trainer: Trainer, checkpointer, schedule: Schedule, *,
+                 writer=None, stats: Optional[run_files.Stats] = None,
+                 actions: Sequence[Action] = (), preemption_handler=None,
+                 profiler: Optional[profiling.StepProfiler] = None,
+                 on_end: Optional[Callable[[Dict[str, float]], None]] = None):
+        self.trainer, self.checkpointer, self.schedule = trainer, checkpointer, schedule
+        self.writer = writer or tf.summary.create_noop_writer()
+        self.stats = stats or run_files.Stats("", write=False)
+        self.preemption_handler, self.on_end = preemption_handler, on_end
+        self.profiler = profiler or profiling.StepProfiler(0, "")
+        self.actions = ([Action("log", schedule.log_every, self._log)] +
+                        [a for a in actions if not a.on_checkpoint] +
+                        [Action("checkpoint", schedule.checkpoint_every, self._checkpoint)] +
+                        [a for a in actions if a.on_checkpoint])
+        self.scheduled = self.finished = 0
+        self.window = Window()
+        self.logged: Dict[str, float] = {}  # the last progress line's metrics
+        self.evaluated: Dict[str, float] = {}  # what the actions returned, newest last
+        self._settled = False  # no train call since the last trainer.state()
 
     def run(self) -> Dict[str, float]:
-        """Returns the last logged metrics plus `step` and `wall_seconds`.
-
-        Raises Interrupted after saving when SIGTERM or SIGINT arrives.
-        """
+        """The last progress line's metrics, the newest evaluation's, `step` and
+        `wall_seconds`. Raises Interrupted after saving when SIGTERM or SIGINT arrives,
+        Diverged at the limit of skipped steps in a row."""
         try:
             return self._run()
         finally:
             self.trainer.close()
 
-    def _setup(self) -> None:
-        exp, trainer, model_dir = self.exp, self.trainer, self.model_dir
-        multi_worker = isinstance(exp.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        if multi_worker and exp.config.max_minutes:
-            raise ConfigError(f"train.max_minutes={exp.config.max_minutes} is not available "
-                              f"under strategy.kind='multi_worker_mirrored': each worker's "
-                              f"clock would pick its own last step; use train.total_steps")
-        is_chief = trainer.is_chief
-        tf.io.gfile.makedirs(model_dir)
-        logging.info("%s", class_list.describe(exp.source.class_names))
-        class_list.keep_or_check(model_dir, exp.source.class_names, exp.data.name,
-                                 write=is_chief)
-        self.ckpt = checkpoints.Checkpointer(model_dir, exp.config.max_to_keep, is_chief,
-                                             trainer.task_id, **exp.trackables())
-        # Multi-worker mirrored: SIGTERM is TensorFlow's handler's business, so that every
-        # worker saves at the same step; this process then only handles SIGINT.
-        self.handler = None
-        if multi_worker:
-            self.handler = preemption.MultiWorkerPreemption(
-                exp.strategy, self.ckpt, exp.config.max_to_keep,
-                lambda: int(exp.step.numpy()))
-        restored = self.ckpt.restore_latest()
-        self.writer = tf.summary.create_file_writer(
-            model_dir if is_chief else os.path.join(model_dir, ".workers", str(trainer.task_id)))
-        self.stats = records.Stats(model_dir, write=is_chief)
-        if is_chief:
-            records.write_config(model_dir, exp.operative_config, self.writer)
-        if restored:
-            logging.info("resumed from %s at %s %d, weights digest %s", restored, trainer.unit,
-                         int(exp.step.numpy()), experiment_lib.weights_digest(exp))
-        # Every worker evaluates (generation runs collectives); the chief writes.
-        self.evaluator = (evaluator_lib.Evaluator(exp, model_dir, write=is_chief)
-                          if exp.eval_config.every_steps else None)
-
     def _run(self) -> Dict[str, float]:
-        self._setup()
-        exp, trainer, cfg = self.exp, self.trainer, self.exp.config
-        total = cfg.total_steps
-        self.step = self.scheduled = int(exp.step.numpy())
-        self.window, self.metrics = Window(), {}
-        profiler = profiling.StepProfiler(cfg.profile_steps if trainer.is_chief else 0,
-                                          self.model_dir)
-        actions = [Action("log", cfg.log_every, self._log),
-                   Action("samples", cfg.sample_every, self._samples),
-                   Action("checkpoint", cfg.checkpoint_every, self._checkpoint),
-                   Action("evaluation", exp.eval_config.every_steps, self._evaluate)]
-        begun, calls = time.perf_counter(), 0
-        budget = cfg.max_minutes * 60.0
-        signals = (signal.SIGINT,) if self.handler else (signal.SIGTERM, signal.SIGINT)
+        schedule, trainer = self.schedule, self.trainer
+        self._settle()
+        self.scheduled = self.finished
+        total, began, calls = schedule.total_steps, time.perf_counter(), 0
+        budget = schedule.max_minutes * 60.0
+        signals = ((signal.SIGINT,) if self.preemption_handler
+                   else (signal.SIGTERM, signal.SIGINT))
         with preemption.SignalFlag(signals) as flag:
             while self.scheduled < total and flag.signum is None:
                 boundary = min([total] + [self.scheduled - self.scheduled % a.every + a.every
-                                          for a in actions if a.every])
+                                          for a in self.actions if a.every])
                 n = min(trainer.steps_per_call, boundary - self.scheduled)
-                profiler.before_call(self.scheduled, logged=bool(self.metrics))
-                progress = self._guarded(trainer.train, n)
+                self.profiler.before_call(self.scheduled, logged=bool(self.logged))
+                self._report(trainer.train(n), timed=calls > 0)
+                self._settled = False
                 self.scheduled += n
-                if budget and time.perf_counter() - begun >= budget and self.scheduled < total:
+                if budget and time.perf_counter() - began >= budget and self.scheduled < total:
                     logging.info("train.max_minutes=%g reached at %s %d: this is the last",
-                                 cfg.max_minutes, trainer.unit, self.scheduled)
+                                 schedule.max_minutes, trainer.unit, self.scheduled)
                     total = self.scheduled
-                profiler.after_call(self.scheduled)
-                self._add(progress, timed=calls > 0)
+                self.profiler.after_call(self.scheduled)
                 if self.scheduled == total:  # the last progress line counts every step
-                    self._add(self._guarded(trainer.state))
+                    self._settle()
                 if calls == 0:  # the first call traced: the wall-clock rate begins after it
                     self.window.restart_clock()
                 calls += 1
-                for action in actions:
-                    if action.due(self.scheduled, total):
-                        began = time.perf_counter()
-                        action.run(self.scheduled)
-                        if action.name != "log":
-                            self.window.host_seconds += time.perf_counter() - began
-                if self.handler:
-                    self.handler.check(self.step)
-            profiler.stop(self.scheduled)
+                self._run_due(total)
+                if self.preemption_handler:
+                    self.preemption_handler.check(self.finished)
+            self.profiler.stop(self.scheduled)
             if flag.signum is not None:
-                self._add(self._guarded(trainer.state))
-                if self.ckpt.saved_step != self.step:
-                    self._save()
+                self._save_unless_saved()
                 self.writer.flush()
-                raise Interrupted(flag.signum, self.step)
+                raise Interrupted(flag.signum, self.finished)
         self.writer.flush()
-        self._add(self._guarded(trainer.state))
-        if self.ckpt.saved_step != self.step:
-            self._save()
-        # Replicas must hold identical weights; the digest lets anyone compare workers' logs.
-        logging.info("final weights digest %s", experiment_lib.weights_digest(exp))
-        self.metrics.update(step=self.step, wall_seconds=time.perf_counter() - begun)
-        self.stats.append("end", self.step, {})
-        if trainer.is_chief:
-            records.write_result(self.model_dir, self.metrics,
-                                 self.evaluator.describe() if self.evaluator else None)
-        return self.metrics
+        self._save_unless_saved()
+        result = dict(self.logged, **self.evaluated, step=self.finished,
+                      wall_seconds=time.perf_counter() - began)
+        self.stats.append("end", self.finished, {})
+        if self.on_end:
+            self.on_end(result)
+        return result
 
-    def _guarded(self, call, *args) -> Progress:
-        """A trainer call; the NaN guard's error names the checkpoint to go back to."""
-        try:
-            return call(*args)
-        except Diverged as e:
-            raise Diverged(f"{e}; the newest checkpoint ({self.ckpt.latest}) holds the last "
-                           f"finite weights: lower the learning rates or check the input "
-                           f"data") from None
+    def _run_due(self, total: int) -> None:
+        for action in self.actions:
+            if not action.due(self.scheduled, total):
+                continue
+            began = time.perf_counter()
+            if action.on_checkpoint:
+                path = (self.checkpointer.latest if self.checkpointer.saved_step ==
+                        self.scheduled else self._save())
+                result = action.run(self.finished, path)
+            else:
+                result = action.run(self.finished)
+            self.evaluated.update(result or {})
+            if action.name != "log":
+                self.window.host_seconds += time.perf_counter() - began
 
-    def _add(self, progress: Progress, timed: bool = True) -> None:
-        self.step = progress.step
+    def _report(self, progress: Progress, timed: bool = True) -> None:
+        """Takes in what the trainer reports; stops a run that keeps skipping steps."""
+        self.finished = progress.step
         self.window.add(progress, timed)
+        limit, unit = self.schedule.max_consecutive_skips, self.trainer.unit
+        if progress.consecutive_skips >= limit:
+            raise Diverged(
+                f"{progress.consecutive_skips} consecutive {unit}s (to {unit} {progress.step}) "
+                f"had an update with a non-finite loss or gradient, skipped (train."
+                f"max_consecutive_skips={limit}); the newest checkpoint "
+                f"({self.checkpointer.latest}) holds the last finite weights: lower the "
+                f"learning rates or check the input data")
+
+    def _settle(self) -> None:
+        """Every step run so far finished (trainer.state(), once after each train call)."""
+        if not self._settled:
+            self._report(self.trainer.state())
+            self._settled = True
 
     def _save(self) -> str:
-        self._add(self._guarded(self.trainer.state))
-        return self.ckpt.save(self.step)
+        self._settle()
+        path = self.checkpointer.save(self.finished)
+        record = self.trainer.record()
+        if self.trainer.record_file and record is not None:
+            self.stats.write_json(self.trainer.record_file, record)
+        return path
 
-    def _log(self, scheduled: int) -> None:
-        exp, cfg = self.exp, self.exp.config
-        del scheduled  # the line reports the steps that finished
-        metrics = self.window.metrics(cfg.real_images_per_step)
-        metrics.setdefault("health/skipped_steps", float(exp.health.skipped.numpy()))
-        if exp.source.corrupt is not None:
-            metrics["health/corrupt_images"] = float(exp.source.corrupt.count)
-        metrics["lr/G"] = float(tf.convert_to_tensor(exp.g_optimizer.learning_rate))
-        metrics["lr/D"] = float(tf.convert_to_tensor(exp.d_optimizer.learning_rate))
-        with self.writer.as_default():
-            for key, value in metrics.items():
-                tf.summary.scalar(key, value, step=self.step)
-        self.stats.append("log", self.step, dict(total_steps=cfg.total_steps, **metrics))
-        logging.info("%s", progress_line(self.trainer.unit, self.step, cfg.total_steps, metrics,
-                                         cfg.real_images_per_step))
-        if not all(np.isfinite(v) for v in metrics.values()):
-            logging.warning("non-finite metrics at step %d: %s", self.step, metrics)
-        self.metrics = metrics
-        self.window = Window()
+    def _save_unless_saved(self) -> None:
+        self._settle()
+        if self.checkpointer.saved_step != self.finished:
+            self._save()
 
-    def _samples(self, scheduled: int) -> None:
-        del scheduled
-        path = sampling.write_grid(self.exp, self.model_dir, self.step, self.writer,
-                                   self.trainer.is_chief)
-        if self.trainer.is_chief:
-            logging.info("samples: %s", path)
-
-    def _checkpoint(self, scheduled: int) -> None:
-        del scheduled
+    def _checkpoint(self, step: int) -> None:
+        del step
         logging.info("checkpoint: %s", self._save())
 
-    def _evaluate(self, scheduled: int) -> None:
-        # The best checkpoint is kept by copying it: evaluate saved weights only.
-        path = self.ckpt.latest if self.ckpt.saved_step == scheduled else self._save()
-        result = self.evaluator.evaluate(self.step, path, self.writer)
-        self.metrics.update(result)
-        self.stats.append("eval", self.step, dict(protocol=self.evaluator.protocol["name"],
-                                                  **result, **self.evaluator.timings))
+    def _log(self, step: int) -> None:
+        schedule = self.schedule
+        metrics = dict(self.window.metrics(schedule.images_per_step), **self.trainer.levels())
+        with self.writer.as_default():
+            for key, value in metrics.items():
+                tf.summary.scalar(key, value, step=step)
+        self.stats.append("log", step, dict(total_steps=schedule.total_steps, **metrics))
+        logging.info("%s", progress_line(self.trainer.unit, step, schedule.total_steps,
+                                         metrics, schedule.images_per_step))
+        if not all(np.isfinite(v) for v in metrics.values()):
+            logging.warning("non-finite metrics at step %d: %s", step, metrics)
+        self.logged = metrics
+        self.window = Window()
+        self.trainer.end_window()

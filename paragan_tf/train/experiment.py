@@ -4,8 +4,9 @@ This module is the one place gin is read: `Settings.read()` makes every option
 object of a run (each a gin-configurable dataclass, checked as it is made),
 `build()` turns them into objects: the strategy, the data source, G, D, EMA G
 (whose constructors are configurable themselves), both optimizers and the step
-counter, all created inside `strategy.scope()`. Every other module receives
-these plain objects. The trainers, the sampler, the evaluator and the dry run
+counter, all created inside `strategy.scope()`. An Experiment holds its settings
+once (`exp.settings`, with the input options as `build` resolved them); modules
+below train/ receive the plain objects they need, never an Experiment. The trainers, the sampler, the evaluator and the dry run
 all start here; `parse()` parses gin files after every configurable is
 registered (importing this module imports them all).
 """
@@ -15,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import gc
 import hashlib
-from typing import Callable, List, Optional, Sequence, Tuple
+import os
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
@@ -26,6 +28,7 @@ import tf_keras as keras
 from paragan_tf import config as gin_config
 from paragan_tf import layout as layout_lib
 from paragan_tf.data import class_groups
+from paragan_tf.data import class_list
 from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
@@ -33,16 +36,21 @@ from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.eval import subject as subject_lib
 from paragan_tf.eval.config import EvalConfig
 from paragan_tf.models import biggan
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses
 from paragan_tf.objective import penalties as penalties_lib
+from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import plan as plan_lib
+from paragan_tf.train import bookkeeping as bookkeeping_lib
+from paragan_tf.train import checkpoints
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import ema as ema_lib
+from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import optimizers
 
 
@@ -83,19 +91,8 @@ class Settings:
 
 
 @dataclasses.dataclass
-class Health:
-    """The NaN guard's counters: steps skipped in all, and in a row."""
-
-    skipped: tf.Variable
-    consecutive: tf.Variable
-
-
-@dataclasses.dataclass
 class Experiment:
     settings: Settings
-    config: config_lib.TrainConfig
-    data: data_config.DatasetConfig
-    input_config: tuning.InputConfig
     source: datasets.Source
     strategy: tf.distribute.Strategy
     generator: biggan.Generator
@@ -104,15 +101,15 @@ class Experiment:
     g_optimizer: keras.optimizers.Optimizer
     d_optimizer: keras.optimizers.Optimizer
     step: tf.Variable
-    health: "Health"
-    input_state: tf.Variable  # int64 [noise seed, real-image seed, its first step]; loop.py
+    health: bookkeeping_lib.Health
+    input_state: tf.Variable  # int64 [noise seed, real-image seed, its first step]
     ema: ema_lib.GeneratorEMA
+    bookkeeping: bookkeeping_lib.StepBookkeeping  # what follows every step
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
     # What D's inputs go through: augment.DiffAugment, ada.AdaptiveAugment or None.
     augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
-    penalties: penalties_lib.Penalties = penalties_lib.Penalties()
     lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
     # gin's operative config once everything is built: what operative_config.gin records.
     operative_config: str = ""
@@ -127,10 +124,6 @@ class Experiment:
                     **({} if self.lecam_state is None else dict(lecam_state=self.lecam_state)),
                     **(self.augment.trackables()
                        if isinstance(self.augment, ada_lib.AdaptiveAugment) else {}))
-
-    @property
-    def eval_config(self) -> EvalConfig:
-        return self.settings.eval
 
 
 def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = True,
@@ -155,6 +148,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                             "'records': it is read as its %d shards", input_config.num_shards,
                             shards)
         input_config = dataclasses.replace(input_config, prepared=True, num_shards=shards)
+        settings = dataclasses.replace(settings, inputs=input_config)
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
     augment_settings, penalties = settings.augment, settings.penalties
@@ -188,8 +182,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         g_optimizer.build(generator.trainable_variables)
         d_optimizer.build(discriminator.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        health = Health(tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps"),
-                        tf.Variable(0, dtype=tf.int64, trainable=False, name="consecutive_skips"))
+        health = bookkeeping_lib.Health(
+            tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps"),
+            tf.Variable(0, dtype=tf.int64, trainable=False, name="consecutive_skips"))
         input_state = tf.Variable([config.seed * 1_000_003] * 2 + [0], dtype=tf.int64,
                                   trainable=False, name="input_state")
         # Written in replica context with the same all-reduced value on every replica.
@@ -202,13 +197,48 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                    if augment_settings.transforms else None)
     ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
     ema.copy()
-    return Experiment(settings=settings, config=config, data=data, input_config=input_config,
-                      source=source, strategy=strategy, generator=generator,
-                      discriminator=discriminator, generator_ema=generator_ema,
-                      g_optimizer=g_optimizer, d_optimizer=d_optimizer, step=step,
-                      health=health, input_state=input_state, ema=ema, loss_fn=loss_fn,
-                      classes=classes, layout=layout, augment=augment, penalties=penalties,
+    bookkeeping = bookkeeping_lib.StepBookkeeping(step, health, ema,
+                                                  config.max_consecutive_skips)
+    return Experiment(settings=settings, source=source, strategy=strategy,
+                      generator=generator, discriminator=discriminator,
+                      generator_ema=generator_ema, g_optimizer=g_optimizer,
+                      d_optimizer=d_optimizer, step=step, health=health,
+                      input_state=input_state, ema=ema, bookkeeping=bookkeeping,
+                      loss_fn=loss_fn, classes=classes, layout=layout, augment=augment,
                       lecam_state=lecam_state, operative_config=gin.operative_config_str())
+
+
+def restore(run_dir: str, checkpoint: Optional[str] = None, gin_files: Sequence[str] = (),
+            gin_bindings: Sequence[str] = ()) -> Tuple[Experiment, str]:
+    """(Experiment, checkpoint path): a finished or running training run in `run_dir`,
+    rebuilt from its operative_config.gin (then `gin_files`, `gin_bindings`) at
+    `checkpoint` or its newest. ConfigError when it is no run or holds no checkpoint.
+
+    One device unless the bindings choose another strategy: sampling, evaluation
+    and export run beside the training job, not inside its cluster.
+    """
+    run_dir = model_dir_lib.resolve(run_dir)
+    operative = os.path.join(run_dir, "operative_config.gin")
+    if not os.path.exists(operative):
+        raise ConfigError(f"{run_dir} has no operative_config.gin; is it a bin/train.py "
+                          f"--model_dir?")
+    parse([operative] + list(gin_files), ["strategy.kind = 'one_device'"] + list(gin_bindings),
+          finalize=False)
+    exp = build(check_data=False)
+    class_list.keep_or_check(run_dir, exp.source.class_names, exp.settings.data.name,
+                             write=False)
+    saver = checkpoints.Checkpointer(run_dir, max_to_keep=1000, **exp.trackables())
+    path = saver.restore(checkpoint) if checkpoint else saver.restore_latest()
+    if path is None:
+        raise ConfigError(f"{run_dir} holds no checkpoint yet")
+    logging.info("%s: step %d, classes %s", path, int(exp.step.numpy()), exp.classes)
+    return exp, path
+
+
+def eval_subject(exp: Experiment) -> subject_lib.Subject:
+    """What the evaluator reads of `exp` (eval/subject.py)."""
+    return subject_lib.Subject(exp.strategy, exp.source, exp.settings.data, exp.classes,
+                               exp.generator_ema, exp.discriminator, exp.settings.eval)
 
 
 def weights_digest(exp: Experiment) -> str:
@@ -223,7 +253,7 @@ def weights_digest(exp: Experiment) -> str:
 def memory_of(exp: Experiment) -> memory_lib.Plan:
     """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
-                           exp.g_optimizer, exp.d_optimizer, exp.config.accumulation)
+                           exp.g_optimizer, exp.d_optimizer, exp.settings.train.accumulation)
 
 
 def memory_plan(exp: Experiment, memory_gib: Optional[float] = None,
@@ -233,8 +263,9 @@ def memory_plan(exp: Experiment, memory_gib: Optional[float] = None,
     plan = plan or memory_of(exp)
     budget = (int(memory_gib * memory_lib.GIB) if memory_gib
               else memory_lib.device_memory_bytes(exp.layout.hardware.accelerator))
-    report = plan.report(exp.config.batch_size // exp.strategy.num_replicas_in_sync, budget)
-    report["recompute"] = exp.config.recompute
+    cfg = exp.settings.train
+    report = plan.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
+    report["recompute"] = cfg.recompute
     report["memory_source"] = ("--memory_gib" if memory_gib else
                                f"detected {exp.layout.hardware.accelerator}" if budget else
                                "unknown: pass --memory_gib")
@@ -246,7 +277,7 @@ def plan_model(precisions: Sequence[str],
     """What the scale plan needs of the parsed (unfinalised) gin config: its models built
     once per precision in `precisions` on this host (nothing trains), their memory
     plans and FLOP counts (scale/plan.py)."""
-    configured = plan_lib.configured_precision()
+    configured = configured_precision()
     memory, exp = {}, None
     with gin.unlock_config():
         # The weights' values do not matter to a plan; orthogonal initialisation (a QR
@@ -267,7 +298,36 @@ def plan_model(precisions: Sequence[str],
     with gin.unlock_config():
         gin.bind_parameter("layout.precision", configured)
     progress("counting the train step's FLOPs")
-    return plan_lib.model_of(exp, memory, configured)
+    return model_of(exp, memory, configured)
+
+
+def configured_precision() -> str:
+    """layout.precision as the parsed gin config sets it ('auto' when it does not)."""
+    try:
+        return gin.query_parameter("layout.precision")
+    except ValueError:
+        return "auto"
+
+
+def model_of(exp: Experiment, memory: Dict[str, memory_lib.Plan],
+             precision: str) -> plan_lib.Model:
+    """A built experiment and its memory plans per precision, as the scale plan's Model."""
+    cfg = exp.settings.train
+    return plan_lib.Model(
+        precision=precision, memory=memory,
+        flops=flops_lib.per_example(exp.generator, exp.discriminator),
+        g_params=biggan.count_trainable(exp.generator),
+        d_params=biggan.count_trainable(exp.discriminator),
+        effective_batch=cfg.batch_size * cfg.accumulation, d_steps=cfg.d_steps,
+        total_steps=cfg.total_steps)
+
+
+def plan_line(exp: Experiment, memory: memory_lib.Plan) -> str:
+    """--dry_run's one line: the plan of this run on the hardware it was built on."""
+    precision = exp.layout.precision
+    return plan_lib.detected_line(model_of(exp, {precision: memory}, precision),
+                                  exp.layout.hardware.accelerator,
+                                  exp.strategy.num_replicas_in_sync)
 
 
 def summary(exp: Experiment) -> dict:
@@ -282,13 +342,13 @@ def summary(exp: Experiment) -> dict:
         "discriminator_params": biggan.count_trainable(exp.discriminator),
         "strategy": type(exp.strategy).__name__,
         "num_replicas": exp.strategy.num_replicas_in_sync,
-        "global_batch_size": exp.config.batch_size,
+        "global_batch_size": exp.settings.train.batch_size,
         "dataset": exp.source.name,
         "num_classes": exp.source.num_classes,
         "trained_classes": (exp.classes if len(exp.classes) < exp.source.num_classes
                             else f"all {exp.source.num_classes}"),
-        "resolution": exp.data.resolution,
-        "total_steps": exp.config.total_steps,
+        "resolution": exp.settings.data.resolution,
+        "total_steps": exp.settings.train.total_steps,
         "layout": exp.layout.as_dict(),
         "data_ready": data_error is None,
         "data_error": data_error,

@@ -1,4 +1,4 @@
-"""Stopping on a signal: a checkpoint first, then Interrupted.
+"""Stopping on a signal: a checkpoint first, then errors.Interrupted.
 
 A single process (and SIGINT everywhere): SignalFlag turns SIGTERM/SIGINT into a
 flag the controller checks between trainer calls. A MultiWorkerMirrored run
@@ -22,15 +22,8 @@ from typing import Callable, Optional
 from absl import logging
 import tensorflow as tf
 
+from paragan_tf.errors import Interrupted
 from paragan_tf.train import checkpoints
-
-
-class Interrupted(Exception):
-    """Training stopped on a signal after saving a checkpoint."""
-
-    def __init__(self, signum: int, step: int):
-        super().__init__(f"stopped by signal {signum} at step {step}; checkpoint saved")
-        self.signum, self.step = signum, step
 
 
 class MultiWorkerPreemption:

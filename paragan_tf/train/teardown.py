@@ -17,18 +17,23 @@ no tf.data options, so autotune can be switched off there only by patching a
 private TensorFlow function, and switching it off everywhere gives up the
 autotuned parallelism the input pipeline relies on. So the trainers park the
 iterators they give up here, never destroyed, and a binary that has written
-everything (checkpoint, summaries, records) leaves through `exit_now`.
+everything (checkpoint, summaries, records) leaves through `exit_now`: the one way
+out, which first runs what was registered with `before_exit` (a binary's model_dir
+lock release, its log drains), from whichever thread calls it (the asynchronous
+trainer's watchdog, when the cluster is gone).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import List, NoReturn
+from typing import Callable, List, NoReturn
 
 from absl import logging
 
 PARKED: List[object] = []  # input iterators (and their owners) of closed trainers
+# Run by exit_now before the process ends (it skips Python's atexit handlers).
+_BEFORE_EXIT: List[Callable[[], None]] = []
 
 
 def park(*objects) -> None:
@@ -36,9 +41,20 @@ def park(*objects) -> None:
     PARKED.extend(o for o in objects if o is not None)
 
 
+def before_exit(fn: Callable[[], None]) -> None:
+    """Runs `fn` when the process ends through exit_now (in reverse order of calls)."""
+    _BEFORE_EXIT.append(fn)
+
+
 def exit_now(code: int) -> NoReturn:
-    """Flushes the logs and standard streams, then ends the process without destructors."""
+    """Flushes the logs and standard streams, runs the before-exit functions, then ends
+    the process without destructors."""
     logging.flush()
     sys.stdout.flush()
     sys.stderr.flush()
+    while _BEFORE_EXIT:
+        try:
+            _BEFORE_EXIT.pop()()
+        except Exception as e:  # pylint: disable=broad-except
+            logging.error("while exiting: %s", e)  # the exit itself must still happen
     os._exit(code)  # pylint: disable=protected-access

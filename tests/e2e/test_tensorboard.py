@@ -9,7 +9,7 @@ import pytest
 from conftest import tensorboard
 from benchmarks import profile
 from paragan_tf.train import experiment
-from paragan_tf.train import loop
+from paragan_tf.train import driver
 
 
 @pytest.mark.slow
@@ -25,7 +25,7 @@ def test_tensorboard_serves_the_runs_scalars_samples_and_config(tiny_gin, tmp_pa
     absl_logger.setLevel(logging.INFO)
     absl_logger.disabled = False
     try:
-        loop.train(experiment.build(), str(tmp_path))
+        driver.train(experiment.build(), str(tmp_path))
     finally:
         absl_logger.removeHandler(handler)
         absl_logger.setLevel(level)

@@ -12,15 +12,11 @@ streams are pure functions of it and of the step, so a resumed run
 continues them where the checkpoint left them (`train.resume_input`): a
 prepared dataset is entered at that example (data/records.py), other sources
 are replayed up to it.
-The NaN guard (train/step.py) skips non-finite steps; the trainer counts them
-(`health/skipped_steps`) and stops after `train.max_consecutive_skips` in a row.
-Under mixed_float16's dynamic loss scaling a float16 overflow is skipped and counted
-the same way, but a skip that lowered a loss scale does not add to the run of
-consecutive skips: that is the scale finding its level (from 2**15, a few halvings at
-the start, one after each doubling), not divergence. A non-finite step that lowered
-no scale counts, so a run whose scales are down to 1 (the least tf_keras keeps)
-stops as a float32 run would, at most ~15 halvings per network later. The current
-scales are logged as `health/loss_scale_G` and `health/loss_scale_D`.
+
+The NaN guard (train/nan_guard.py) skips non-finite steps; train/bookkeeping.py counts
+them and the loop stops after `train.max_consecutive_skips` in a row (the controller
+then raises Diverged). The current float16 loss scales are reported as
+`health/loss_scale_G` and `health/loss_scale_D`.
 """
 
 from __future__ import annotations
@@ -34,16 +30,12 @@ import tensorflow as tf
 from paragan_tf.data import pipeline
 from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
-from paragan_tf.errors import Diverged
 from paragan_tf.objective import ada as ada_lib
-from paragan_tf.train import controller as controller_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import optimizers
 from paragan_tf.train import step as step_lib
 from paragan_tf.train import teardown
 from paragan_tf.train import trainer as trainer_lib
-
-Interrupted = controller_lib.Interrupted
 
 _METRICS = ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "logits/real", "logits/fake")
 _MEAN_METRICS = ("grad_norm/", "health/")  # identical on every replica; others are shares
@@ -51,25 +43,26 @@ _MEAN_METRICS = ("grad_norm/", "health/")  # identical on every replica; others 
 
 def make_gan_step(exp: experiment_lib.Experiment) -> step_lib.GANStep:
     """The per-replica step of `exp`'s synchronous training."""
-    cfg = exp.config
+    cfg = exp.settings.train
     return step_lib.GANStep(
         exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
         step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
-                            cfg.ortho_reg, cfg.simultaneous, exp.augment, exp.penalties),
+                            cfg.ortho_reg, cfg.simultaneous, exp.augment,
+                            exp.settings.penalties),
         lecam_state=exp.lecam_state)
 
 
 def real_batches(exp: experiment_lib.Experiment, seed: int,
-                settings: Optional[tuning.Tuning] = None,
-                service: Optional[service_lib.LocalDataService] = None, steps_done: int = 0):
+                 settings: Optional[tuning.Tuning] = None,
+                 service: Optional[service_lib.LocalDataService] = None, steps_done: int = 0):
     """Iterator of per-replica real batches for `exp`'s synchronous training.
 
     steps_done: train steps whose real batches this stream already delivered (resume).
     """
     per_step = make_gan_step(exp).real_batches_per_step
     return iter(exp.strategy.distribute_datasets_from_function(pipeline.real_input_fn(
-        exp.source, exp.data, exp.config.batch_size, seed, classes=exp.classes,
-        inputs=exp.input_config, tuning=settings, service=service,
+        exp.source, exp.settings.data, exp.settings.train.batch_size, seed,
+        classes=exp.classes, inputs=exp.settings.inputs, tuning=settings, service=service,
         replica_batches_done=steps_done * per_step)))
 
 
@@ -77,7 +70,7 @@ def noise_batches(exp: experiment_lib.Experiment, seed: int, steps_done: int = 0
     """Iterator of per-replica (z, labels) batches for `exp`'s synchronous training."""
     per_step = make_gan_step(exp).noise_batches_per_step
     return iter(exp.strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
-        exp.generator.dim_z, exp.source.num_classes, exp.config.batch_size, seed,
+        exp.generator.dim_z, exp.source.num_classes, exp.settings.train.batch_size, seed,
         classes=exp.classes, replica_batches_done=steps_done * per_step)))
 
 
@@ -99,8 +92,7 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
                                    else tf.distribute.ReduceOp.SUM, v, axis=None)
                 for k, v in metrics.items()}
 
-    health = exp.health
-    max_skips = tf.constant(exp.config.max_consecutive_skips, tf.int64)
+    bookkeeping = exp.bookkeeping
 
     # autograph=False: nothing below branches on tensors, and converting every
     # Keras call made tracing take ~8 s even for the tiny test model.
@@ -121,21 +113,13 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
             with tf.control_dependencies([arrived]):
                 metrics = reduce(strategy.run(replica_step, args=(real, noise)))
             skipped = metrics["health/skipped"] > 0.5
-            with tf.control_dependencies([skipped]):
-                health.skipped.assign_add(tf.cast(skipped, tf.int64))
-                # A skip that lowered a float16 loss scale is not divergence (module doc).
-                lowered = metrics.get("health/loss_scale_lowered", 0.0) > 0.5
-                diverging = tf.logical_and(skipped, tf.logical_not(lowered))
-                health.consecutive.assign(tf.where(
-                    skipped, health.consecutive + tf.cast(diverging, tf.int64), 0))
-            exp.ema.update(exp.step)
-            exp.step.assign_add(1)
+            bookkeeping.finish(skipped, metrics.get("health/loss_scale_lowered", 0.0) > 0.5)
             totals = {k: totals[k] + tf.where(skipped, 0.0, tf.cast(metrics[k], tf.float32))
                       for k in totals}
             return i + 1, wait, totals, kept + 1.0 - tf.cast(skipped, tf.float32)
 
         def more(i, *_):
-            return tf.logical_and(i < n, health.consecutive.read_value() < max_skips)
+            return tf.logical_and(i < n, tf.logical_not(bookkeeping.diverging()))
 
         zeros = {k: tf.constant(0.0) for k in _METRICS}
         _, wait, totals, kept = tf.while_loop(
@@ -151,9 +135,9 @@ class SyncTrainer(trainer_lib.Trainer):
     """Synchronous training of an Experiment, for the Controller.
 
     The input streams are built at the first `train` call, from the step the
-    controller restored. Every `train.log_every` steps the input tuner sees the
-    input wait fraction of the steps since it last looked; when it raises read
-    parallelism and prefetch, the real-image stream is rebuilt with them.
+    controller restored. At the end of every progress window (`end_window`) the
+    input tuner sees the input wait fraction of the steps since it last looked; when
+    it raises read parallelism and prefetch, the real-image stream is rebuilt with them.
     """
 
     def __init__(self, exp: experiment_lib.Experiment):
@@ -164,22 +148,24 @@ class SyncTrainer(trainer_lib.Trainer):
         # Multi-worker: only the chief writes to model_dir; the others must still
         # take part in saves (collective), into scratch folders.
         self.is_chief = strategy.extended.should_checkpoint
-        self.steps_per_call = exp.config.steps_per_loop
-        self.tuner = tuning.InputTuner(exp.input_config)
+        self.steps_per_call = exp.settings.train.steps_per_loop
+        self.tuner = tuning.InputTuner(exp.settings.inputs)
         self.loop = self.real_it = self.noise_it = self._service = None
         self._retired = []  # streams the tuner replaced: see `close`
-        self._calls = 0
-        self._tuner_window = [0.0, 0.0]  # seconds waiting for input, seconds in all
+        # Seconds waiting for input and in all: of the first (tracing) call, and of the
+        # calls since the tuner last looked.
+        self._first_call = None
+        self._tuner_window = [0.0, 0.0]
 
     def _begin(self) -> None:
-        exp, cfg = self.exp, self.exp.config
+        exp, cfg = self.exp, self.exp.settings.train
         start = self.step = int(exp.step.numpy())
         # The input streams continue from the checkpoint's input state (see the module doc).
         self.noise_seed, self.real_seed, real_start = (int(v) for v in exp.input_state.numpy())
         if start and cfg.resume_input == "reshuffle":  # a resumed run
             self.real_seed, real_start = self.real_seed * 31 + start, start
-        if exp.input_config.service_workers:
-            self._service = service_lib.LocalDataService(exp.input_config.service_workers)
+        if exp.settings.inputs.service_workers:
+            self._service = service_lib.LocalDataService(exp.settings.inputs.service_workers)
         self.real_it = self._real_iterator(self.real_seed, real_start)
         self.noise_it = noise_batches(exp, self.noise_seed, start)
         self.loop = make_loop_fn(exp, make_gan_step(exp))
@@ -199,56 +185,48 @@ class SyncTrainer(trainer_lib.Trainer):
                             self.step - first_step)
 
     def train(self, num_steps: int) -> trainer_lib.Progress:
-        exp, cfg = self.exp, self.exp.config
+        exp = self.exp
         if self.loop is None:
             self._begin()
         t0 = time.perf_counter()
         out, wait = self.loop(self.real_it, self.noise_it, tf.constant(num_steps, tf.int64))
         seconds, wait = time.perf_counter() - t0, float(wait)
         self.step = int(exp.step.numpy())
-        consecutive = int(exp.health.consecutive.numpy())
-        if consecutive >= cfg.max_consecutive_skips:
-            raise Diverged(
-                f"{consecutive} consecutive steps (to step {self.step}) had a non-finite loss "
-                f"or gradient and were skipped (train.max_consecutive_skips="
-                f"{cfg.max_consecutive_skips})")
         metrics = {k: float(v) for k, v in out.items()}
-        metrics.update({"perf/compute_seconds": seconds, "perf/input_wait_seconds": wait,
-                        "health/skipped_steps": float(exp.health.skipped.numpy())})
+        metrics.update({"perf/compute_seconds": seconds, "perf/input_wait_seconds": wait})
+        if self._first_call is None:
+            self._first_call = (wait, seconds)
+        else:
+            self._tuner_window = [a + b for a, b in zip(self._tuner_window, (wait, seconds))]
+        return trainer_lib.Progress(self.step, num_steps, metrics,
+                                    int(exp.health.consecutive.numpy()))
+
+    def levels(self) -> Dict[str, float]:
+        exp, levels = self.exp, super().levels()
         for network, optimizer in (("G", exp.g_optimizer), ("D", exp.d_optimizer)):
             scaler = optimizers.loss_scaler(optimizer)
             if scaler is not None:  # mixed_float16
-                metrics[f"health/loss_scale_{network}"] = float(scaler.loss_scale)
+                levels[f"health/loss_scale_{network}"] = float(scaler.loss_scale)
         if isinstance(exp.augment, ada_lib.AdaptiveAugment):  # its p and overfitting heuristic
-            metrics["augment/p"] = float(exp.augment.p.numpy())
-            metrics["augment/rt"] = float(exp.augment.rt.numpy())
-        if exp.input_config.tuned:
-            metrics["perf/read_parallelism"] = self.tuner.tuning.read_parallelism
-            metrics["perf/prefetch_depth"] = self.tuner.tuning.prefetch
-        # The tuner looks at the steps since it last looked, the tracing call left out
-        # unless it is all there is; a new stream begins at the step it changes.
-        if self._calls or self.step % cfg.log_every == 0:
-            self._tuner_window = [a + b for a, b in zip(self._tuner_window, (wait, seconds))]
-        self._calls += 1
-        if self.step % cfg.log_every == 0 or self.step == cfg.total_steps:
-            waited, total = self._tuner_window
-            self._tuner_window = [0.0, 0.0]
-            if total and self.tuner.observe(waited / total):
-                self._retired.append(self.real_it)
-                self.real_seed += 7919  # a fresh shuffle under the new read settings
-                self.real_it = self._real_iterator(self.real_seed, self.step)
-        return trainer_lib.Progress(self.step, num_steps, metrics)
+            levels["augment/p"] = float(exp.augment.p.numpy())
+            levels["augment/rt"] = float(exp.augment.rt.numpy())
+        if exp.settings.inputs.tuned:
+            levels["perf/read_parallelism"] = self.tuner.tuning.read_parallelism
+            levels["perf/prefetch_depth"] = self.tuner.tuning.prefetch
+        return levels
+
+    def end_window(self) -> None:
+        """The input tuner looks at the calls since it last looked (the tracing call left
+        out unless it is all there is); a new stream begins at the step it changes."""
+        waited, total = (self._tuner_window if self._tuner_window[1]
+                         else self._first_call or (0.0, 0.0))
+        self._tuner_window = [0.0, 0.0]
+        if total and self.tuner.observe(waited / total):
+            self._retired.append(self.real_it)
+            self.real_seed += 7919  # a fresh shuffle under the new read settings
+            self.real_it = self._real_iterator(self.real_seed, self.step)
 
     def close(self) -> None:
         teardown.park(self.real_it, self.noise_it, self._service, *self._retired)
         self.real_it = self.noise_it = self._service = None
         self._retired.clear()
-
-
-def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
-    """Trains `exp` in `model_dir` until train.total_steps; resumes from its newest checkpoint.
-
-    Returns the last logged metrics plus `step` and `wall_seconds`.
-    Raises Interrupted after saving when SIGTERM or SIGINT arrives.
-    """
-    return controller_lib.Controller(exp, model_dir, SyncTrainer(exp)).run()

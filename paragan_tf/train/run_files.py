@@ -43,9 +43,15 @@ class Stats:
     """Appends records to `<model_dir>/stats.jsonl` (nothing when `write` is False)."""
 
     def __init__(self, model_dir: str, write: bool = True):
-        self.path = os.path.join(model_dir, FILE)
+        self.model_dir, self.path = model_dir, os.path.join(model_dir, FILE)
         self.write = write
         self.began = time.perf_counter()
+
+    def write_json(self, name: str, value: Dict[str, object]) -> None:
+        """`value` as `<model_dir>/<name>`, whole (a trainer's record beside a checkpoint)."""
+        if self.write:
+            with tf.io.gfile.GFile(os.path.join(self.model_dir, name), "w") as f:
+                json.dump(value, f, indent=1)
 
     def append(self, kind: str, step: int, values: Dict[str, object]) -> None:
         if not self.write:

@@ -1,7 +1,8 @@
 """Asynchronous GAN training (ParaGAN) under ParameterServerStrategy.
 
 This process is the coordinator; AsyncTrainer runs under the same Controller
-as the synchronous trainer (train/controller.py), one round per step. G, D,
+as the synchronous trainer (train/controller.py, via train/driver.py), one round
+per step. G, D,
 EMA G and the optimizers live on the parameter servers. A round t is `d_steps` D-update closures and one G-update
 closure, scheduled with no dependency between them: each reads whatever G and
 D the servers hold when it runs, so G_{t+1} is computed against D_t while D
@@ -22,11 +23,12 @@ nothing here are refused or warned about by name in `check_settings`):
 - each worker reads its own shuffle of the data, seeded by its worker index
   (data/pipeline.py, per_worker); a resumed run starts fresh shuffles;
 - the EMA generator is updated by the coordinator, once per finished G round, in
-  round order: closures running at once never read-modify-write it together;
+  round order (train/bookkeeping.py, as the synchronous trainer's steps): closures
+  running at once never read-modify-write it together;
 - the NaN guard skips a non-finite update inside its closure and puts back the
   forward state that closure's passes changed; the coordinator counts rounds
-  with a skipped update (`health/skipped_steps`) and stops the run after
-  `train.max_consecutive_skips` of them in a row (errors.Diverged).
+  with a skipped update (`health/skipped_steps`) and stops scheduling after
+  `train.max_consecutive_skips` of them in a row (the controller raises Diverged).
 
 Failures (docs/reliability.md): a lost worker's closure is re-run elsewhere by the
 ClusterCoordinator, and a restarted worker is re-admitted; the step counter
@@ -40,11 +42,9 @@ exact round boundaries every `train.checkpoint_every` rounds.
 from __future__ import annotations
 
 import collections
-import json
-import os
 import threading
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 from absl import logging
 import numpy as np
@@ -53,23 +53,18 @@ import tensorflow as tf
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.errors import ConfigError
-from paragan_tf.errors import Diverged
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import async_closures
 from paragan_tf.train import config as config_lib
-from paragan_tf.train import controller as controller_lib
 from paragan_tf.train import experiment as experiment_lib
-from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import teardown
 from paragan_tf.train import trainer as trainer_lib
 
 
-class ParameterServerLost(RuntimeError):
-    """A parameter server (or every worker) stopped answering; relaunch to resume."""
-
-
 class _Watchdog(threading.Thread):
-    """Exits the process when no round finishes for `timeout` seconds."""
+    """Exits the process when no round finishes for `timeout` seconds (from this thread:
+    the main thread is blocked inside TensorFlow; teardown.exit_now still runs the
+    binary's before-exit work, such as releasing the model_dir lock)."""
 
     def __init__(self, timeout: float):
         super().__init__(daemon=True, name="async-watchdog")
@@ -89,8 +84,8 @@ class _InFlight:
     """Scheduled rounds, oldest first; finishing one collects its closures' results.
 
     Finishing round t (in order) counts its closures per worker process, adds its
-    metrics to the log window, counts a skipped update for the NaN guard and
-    updates the EMA generator from G: the one place the EMA is written.
+    metrics to the log window, and does the step's bookkeeping (the NaN guard's
+    counts, the EMA update from G, the step counter: train/bookkeeping.py).
     """
 
     def __init__(self, exp: experiment_lib.Experiment, finished: int, watchdog: _Watchdog):
@@ -98,9 +93,13 @@ class _InFlight:
         self.rounds = collections.deque()
         self.window = collections.defaultdict(list)
         self.by_process = collections.Counter()
-        self.skipped = int(exp.health.skipped.numpy())
         self.consecutive = int(exp.health.consecutive.numpy())
-        self._ema_update = tf.function(exp.ema.update, autograph=False)
+        self.max_skips = exp.settings.train.max_consecutive_skips
+        self._finish = tf.function(exp.bookkeeping.finish, autograph=False)
+
+    @property
+    def diverging(self) -> bool:
+        return self.consecutive >= self.max_skips
 
     def __len__(self) -> int:
         return len(self.rounds)
@@ -126,42 +125,25 @@ class _InFlight:
             for key, metric in out.items():
                 if np.isfinite(metric):
                     self.window[key].append(metric)
-        # G update number `finished` is in (or skipped): one EMA step, as the sync loop's.
-        self._ema_update(tf.constant(self.finished, tf.int64))
-        self.skipped += skipped
-        self.consecutive = self.consecutive + 1 if skipped else 0
+        # G update number `finished` is in (or skipped): the step's bookkeeping.
+        self.consecutive = int(self._finish(tf.constant(skipped)))
         self.finished += 1
         self.watchdog.last = time.monotonic()
-        limit = self.exp.config.max_consecutive_skips
-        if self.consecutive >= limit:
-            raise Diverged(
-                f"{self.consecutive} consecutive rounds (to round {self.finished}) had an "
-                f"update with a non-finite loss or gradient, skipped (train."
-                f"max_consecutive_skips={limit})")
 
-    def drain(self) -> int:
-        """Finishes every round in flight; how many."""
-        count = len(self.rounds)
-        while self.rounds:
+    def drain(self) -> None:
+        """Finishes every round in flight (up to the limit of skips in a row)."""
+        while self.rounds and not self.diverging:
             self.finish_oldest()
-        return count
-
-    def store_health(self) -> None:
-        """The NaN guard's counts into the checkpointed variables."""
-        self.exp.health.skipped.assign(self.skipped)
-        self.exp.health.consecutive.assign(self.consecutive)
 
     def take_window(self) -> Dict[str, float]:
         """Mean metrics of the rounds finished since the last call."""
         metrics = {key: float(np.mean(v)) for key, v in self.window.items()}
         self.window.clear()
-        metrics["health/skipped_steps"] = float(self.skipped)
-        metrics["async/rounds_in_flight"] = float(len(self.rounds))
         return metrics
 
 
-def _describe(exp: experiment_lib.Experiment, start: int,
-              options: config_lib.AsyncConfig) -> None:
+def _describe(exp: experiment_lib.Experiment, start: int) -> None:
+    options = exp.settings.async_train
     spec = cluster.resolver(exp.settings.cluster).cluster_spec().as_dict()
     # Partitioned variables show up as their shards, named <variable>/part_<i>.
     variables = [v for m in (exp.generator, exp.discriminator) for v in m.variables]
@@ -173,29 +155,31 @@ def _describe(exp: experiment_lib.Experiment, start: int,
     logging.info("asynchronous training (mode %r) of %s from round %d to %d on %d worker(s), "
                  "%d ps; batch %d per closure, %s; G and D variables per task %s, %d of them "
                  "split across parameter servers", options.mode, exp.source.name, start,
-                 exp.config.total_steps, len(spec.get("worker", [])), len(spec.get("ps", [])),
-                 exp.config.batch_size, staleness, dict(placement), len(sharded))
+                 exp.settings.train.total_steps, len(spec.get("worker", [])),
+                 len(spec.get("ps", [])), exp.settings.train.batch_size, staleness,
+                 dict(placement), len(sharded))
 
 
-def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConfig) -> None:
+def check_settings(exp: experiment_lib.Experiment) -> None:
     """Refuses, or warns about, every setting the asynchronous trainer cannot honour."""
-    cfg = exp.config
+    cfg, options = exp.settings.train, exp.settings.async_train
     if options.mode == "sample_buffer" and cfg.accumulation > 1:
         raise ConfigError(f"train.accumulation={cfg.accumulation} is not available with "
                           f"async_train.mode='sample_buffer': the buffer holds single "
                           f"batches; use a larger train.batch_size instead")
     refused = {
-        "input_pipeline.service_workers": (exp.input_config.service_workers, "every worker "
+        "input_pipeline.service_workers": (exp.settings.inputs.service_workers, "every worker "
                                            "already runs its own input pipeline; set it to 0"),
-        "eval.every_steps": (exp.eval_config.every_steps, "the coordinator has no "
+        "eval.every_steps": (exp.settings.eval.every_steps, "the coordinator has no "
                              "replicas to generate on; evaluate beside it with bin/eval.py "
                              "--watch"),
         "train.profile_steps": (cfg.profile_steps, "the steps run on the workers, the "
                                 "coordinator would trace only its dispatching; set it to 0"),
         "train.simultaneous": (cfg.simultaneous, "every asynchronous G closure already reads "
                                "whichever D the servers hold; set it to False"),
-        "penalties.lecam_weight": (exp.penalties.lecam_weight, "its moving averages would be "
-                                   "read and written by concurrent D closures; set it to 0"),
+        "penalties.lecam_weight": (exp.settings.penalties.lecam_weight, "its moving "
+                                   "averages would be read and written by concurrent D "
+                                   "closures; set it to 0"),
         "augment.ada_target": (exp.augment.config.ada_target
                                if isinstance(exp.augment, ada_lib.AdaptiveAugment) else None,
                                "ADA's p and r_t would be read and written by concurrent D "
@@ -228,9 +212,10 @@ def check_settings(exp: experiment_lib.Experiment, options: config_lib.AsyncConf
         if value != default:
             logging.warning("%s=%r does not apply under strategy.kind='parameter_server': "
                             "%s", name, value, why)
-    if exp.input_config.tuned and exp.input_config.adaptive:
+    inputs = exp.settings.inputs
+    if inputs.tuned and inputs.adaptive:
         logging.info("input tuning is not adaptive under parameter_server: workers read "
-                     "with the starting settings %s", tuning.InputTuner(exp.input_config).tuning)
+                     "with the starting settings %s", tuning.InputTuner(inputs).tuning)
 
 
 class AsyncTrainer(trainer_lib.Trainer):
@@ -238,15 +223,16 @@ class AsyncTrainer(trainer_lib.Trainer):
 
     A step is a round: `train(1)` schedules it, waiting first for the oldest round in
     flight when the staleness bound is reached, and reports the rounds collected in
-    order meanwhile; `state()` waits for all (the checkpoint's barrier).
+    order meanwhile; `state()` waits for all (the checkpoint's barrier). It schedules
+    nothing more once train.max_consecutive_skips rounds in a row were skipped.
     """
 
     unit = "round"
+    record_file = "async_workers.json"
 
-    def __init__(self, exp: experiment_lib.Experiment, model_dir: str,
-                 options: config_lib.AsyncConfig):
+    def __init__(self, exp: experiment_lib.Experiment):
         super().__init__(exp)
-        self.model_dir, self.options = model_dir, options
+        self.options = exp.settings.async_train
         self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
             exp.strategy)
         self.closures: async_closures.Closures = None
@@ -260,65 +246,55 @@ class AsyncTrainer(trainer_lib.Trainer):
         watchdog = _Watchdog(self.options.stall_timeout_secs)
         watchdog.start()
         self.inflight = _InFlight(self.exp, start, watchdog)
-        _describe(self.exp, start, self.options)
+        _describe(self.exp, start)
         if start:
             logging.info("resumed asynchronous run: every worker starts a fresh shuffle")
         if self.closures.buffer is not None:
             self.closures.fill_buffer()
 
     def _progress(self, before: int) -> trainer_lib.Progress:
-        metrics = self.inflight.take_window()
-        metrics["async/repeated_g_updates"] = float(self.repeated)
-        log_every = self.exp.config.log_every
-        if self.inflight.finished // log_every > before // log_every:
-            logging.info("closures by worker process: %s", dict(self.inflight.by_process))
         return trainer_lib.Progress(self.inflight.finished, self.inflight.finished - before,
-                                    metrics)
+                                    self.inflight.take_window(), self.inflight.consecutive)
 
     def train(self, num_steps: int) -> trainer_lib.Progress:
         if self.inflight is None:
             self._begin()
         before = self.inflight.finished
         for _ in range(num_steps):
-            while len(self.inflight) >= self.options.rounds_in_flight:
+            while len(self.inflight) >= self.options.rounds_in_flight and \
+                    not self.inflight.diverging:
                 self.inflight.finish_oldest()
+            if self.inflight.diverging:
+                break
             self.inflight.add(self.closures.schedule(self.scheduled))
             self.scheduled += 1
         return self._progress(before)
 
     def state(self) -> trainer_lib.Progress:
         if self.inflight is None:
-            return trainer_lib.Progress(int(self.exp.step.numpy()))
+            return super().state()
         before = self.inflight.finished
         self.inflight.drain()
-        finished = self.inflight.finished
-        self.exp.step.assign(finished)
-        self.repeated = int(self.exp.g_optimizer.iterations.numpy()) - finished
-        self.inflight.store_health()
-        with tf.io.gfile.GFile(os.path.join(self.model_dir, "async_workers.json"), "w") as f:
-            json.dump({"step": finished, "closures_by_process": dict(self.inflight.by_process)},
-                      f, indent=1)
+        self.repeated = int(self.exp.g_optimizer.iterations.numpy()) - self.inflight.finished
         return self._progress(before)
+
+    def levels(self) -> Dict[str, float]:
+        levels = super().levels()
+        levels["async/repeated_g_updates"] = float(self.repeated)
+        if self.inflight is not None:
+            levels["async/rounds_in_flight"] = float(len(self.inflight))
+        return levels
+
+    def end_window(self) -> None:
+        if self.inflight is not None:
+            logging.info("closures by worker process: %s", dict(self.inflight.by_process))
+
+    def record(self) -> Optional[Dict[str, object]]:
+        if self.inflight is None:
+            return None
+        return {"step": self.inflight.finished,
+                "closures_by_process": dict(self.inflight.by_process)}
 
     def close(self) -> None:
         teardown.park(self.closures)  # its per-worker iterators (train/teardown.py)
         self.closures = None  # the count of finished rounds stays
-
-
-def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
-    """Trains `exp` asynchronously until train.total_steps rounds; resumes from model_dir."""
-    options = exp.settings.async_train
-    check_settings(exp, options)
-    model_dir = model_dir_lib.resolve(model_dir)
-    trainer = AsyncTrainer(exp, model_dir, options)
-    try:
-        return controller_lib.Controller(exp, model_dir, trainer).run()
-    except (tf.errors.UnavailableError, tf.errors.CancelledError,
-            tf.errors.AbortedError) as e:
-        latest = model_dir_lib.latest_checkpoint(model_dir)
-        finished = trainer.inflight.finished if trainer.inflight else "?"
-        raise ParameterServerLost(
-            f"lost the cluster at round {finished} ({type(e).__name__}: "
-            f"{str(e).strip().splitlines()[0][:200]}); a parameter server is down or "
-            f"unreachable; relaunch every task to resume from "
-            f"{latest or 'the start (no checkpoint yet)'}") from None
