@@ -1,5 +1,6 @@
 """The input pipelines (data/pipeline.py): per-input-context shards and batches, noise, label
-groups, the per-class limit, and an empty dataset refused."""
+groups, the per-class limit, an empty dataset refused, and each parameter-server worker's own
+shuffle (on real server processes on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
+from tests.helpers.ps_cluster import coordinate
 
 
 def _config(**kw):
@@ -123,3 +125,25 @@ def test_an_empty_dataset_is_a_clear_error_not_a_hang(tiny_gin, tmp_path):
              "per_class.num_groups = 3", "per_class.group = 2")
     with pytest.raises(ConfigError, match=r"holds no examples of the classes \[2\]"):
         experiment.build(_one_device())
+
+
+def _chance_bound(a: int, b: int, population: int) -> float:
+    """Examples two independent uniform draws of a and b share, plus 6 standard deviations."""
+    mean = a * b / population
+    return mean + 6 * mean ** 0.5 + 1
+
+
+@pytest.mark.slow
+def test_each_worker_reads_its_own_permutation_and_the_pid_offset_scheme_did_not(tmp_path):
+    batches = 4  # 256 examples per worker out of 5,000: ~13 shared by chance
+    report = coordinate("tests/ps_streams.py", batches, tmp_path)
+    assert report["reproducible"], "a rebuilt input gave a worker other examples"
+    # 256 distinct examples per worker. Not asserted of the replaced scheme: when a pid %
+    # 5,000 falls in an epoch's last 256 examples, its window runs into the next epoch's
+    # reshuffle and repeats a few (a make test run saw 253 and 253).
+    assert report["worker_seed"]["examples"] == [batches * 64] * 2
+    new, old = report["worker_seed"], report["pid_offset"]
+    bound = _chance_bound(*new["examples"], new["dataset"])
+    assert new["overlap"] <= bound, report
+    # The negative control: consecutive pids shift one permutation by a few examples.
+    assert old["overlap"] > bound, report

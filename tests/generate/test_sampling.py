@@ -1,5 +1,5 @@
-"""Sampling (generate/sampling.py, images.py): latents, truncation, standing BN statistics, image
-grids, and class interpolation (under bfloat16, and through bin/sample.py)."""
+"""Sampling (generate/sampling.py): latents, truncation, standing BN statistics, and class
+interpolation (under bfloat16, and through bin/sample.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from conftest import run_binary
 from paper_biggan import _paper_models
-from paragan_tf.generate import images
 from paragan_tf.generate import sampling
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
@@ -46,30 +45,6 @@ def test_standing_statistics_are_the_equal_average_of_batch_statistics():
                                rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(bn.moving_variance.numpy(), np.mean([v for _, v in seen], 0),
                                rtol=1e-5, atol=1e-6)
-
-
-def test_grid_layout_and_default_classes():
-    tiles = np.stack([np.full((4, 4, 1), v, np.float32) for v in (-1.0, 1.0, 0.0, 1.0)])
-    grid = images.grid(tiles, rows=2, pad=1)
-    assert grid.shape == (2 * 5 + 1, 2 * 5 + 1, 1)
-    assert grid[1, 1, 0] == 0 and grid[1, 6, 0] == 255 and grid[6, 1, 0] == 128
-    with pytest.raises(ValueError, match="do not fill 3 rows"):
-        images.grid(tiles, rows=3)
-    assert sampling.default_classes(4) == [0, 1, 2, 3]
-    assert sampling.default_classes(1000) == [0, 111, 222, 333, 444, 555, 666, 777, 888, 999]
-
-
-def test_write_png_keeps_an_absolute_path_absolute(tmp_path, monkeypatch):
-    """The folder of an absolute path was once rebuilt without its leading "/", so the PNG
-    landed under the working directory (and failed in a read-only one)."""
-    monkeypatch.chdir(tmp_path)
-    target = tmp_path / "out" / "grid.png"
-    images.write_png(str(target), np.zeros((2, 2, 1), np.uint8))
-    assert target.is_file()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    images.write_png("relative/grid.png", np.zeros((2, 2, 3), np.uint8))
-    images.write_png("here.png", np.zeros((2, 2, 3), np.uint8))
-    assert (tmp_path / "relative" / "grid.png").is_file() and (tmp_path / "here.png").is_file()
 
 
 def test_class_interpolation_under_bfloat16(policy):

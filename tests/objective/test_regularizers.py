@@ -1,4 +1,5 @@
-"""The orthogonal regulariser (objective/regularizers.py) against BigGAN-PyTorch's closed form."""
+"""The orthogonal regulariser (objective/regularizers.py): zero for orthogonal columns only, and
+against BigGAN-PyTorch's closed form."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import tensorflow as tf
 
 from paper_biggan import _tiny_step
 from paragan_tf.models import biggan
+from paragan_tf.models import layers
 from paragan_tf.objective import regularizers
 
 
@@ -66,3 +68,16 @@ def test_orthogonal_regulariser_is_added_once_per_update_at_full_strength():
         np.testing.assert_allclose(by_ref[weight.ref()],
                                    0.5 * _closed_form_ortho_gradient(weight.numpy(), rows_last),
                                    rtol=1e-3, atol=1e-5)
+
+
+def test_orthogonal_regularizer_is_zero_for_orthogonal_columns_only():
+    class Holder(tf.Module):
+        def __init__(self):
+            self.dense = layers.SNDense(3)
+            self.dense(tf.zeros([1, 4]))
+    holder = Holder()
+    holder.dense.kernel.assign(np.eye(4, 3, dtype=np.float32) * 5.0)  # norms do not matter
+    assert float(regularizers.orthogonal(holder)) == pytest.approx(0.0)
+    holder.dense.kernel.assign(np.ones([4, 3], np.float32))
+    # The reference's 0.5 * sum of squared off-diagonal Gram entries: 6 entries of 4^2.
+    assert float(regularizers.orthogonal(holder)) == pytest.approx(0.5 * 6 * 16.0)

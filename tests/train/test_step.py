@@ -539,3 +539,18 @@ def test_float16_gradients_and_r1_match_float32_on_the_same_weights(tiny_gin, po
             _set_scale(optimizer, scale)
         for name, a16, a32 in zip(("D", "G"), losses(exp16, step16), reference):
             close(f"{name}'s gradient", scale, a16, a32)
+
+
+def test_average_over_global_batch_makes_replica_sums_equal_the_global_mean():
+    per_example = tf.constant([1.0, 2.0, 3.0, 6.0])
+    strategy = mirrored_2()
+    halves = strategy.experimental_distribute_values_from_function(
+        lambda ctx: per_example[2 * ctx.replica_id_in_sync_group:
+                                2 * ctx.replica_id_in_sync_group + 2])
+    per_replica = strategy.run(lambda x: step_lib.average_over_global_batch(x, 4), args=(halves,))
+    total = strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    assert float(total) == pytest.approx(3.0)  # mean of all four
+    # A local mean per replica, summed, double-counts: the bug this helper prevents.
+    naive = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                            strategy.run(tf.reduce_mean, args=(halves,)), axis=None)
+    assert float(naive) == pytest.approx(6.0)

@@ -1,4 +1,4 @@
-"""The synchronous training loop (train/loop.py and its controller): a diverging run stops,
+"""The synchronous trainer (train/sync_trainer.py): a diverging run stops,
 the same seed is bit for bit the same and a resumed run equals an uninterrupted one, and
 the input's share of the step time is measured."""
 
@@ -90,7 +90,6 @@ def test_same_seed_is_bitwise_deterministic_and_resume_equals_an_uninterrupted_r
     assert tf.train.latest_checkpoint(str(tmp_path / "c")).endswith("ckpt-6")
 
 
-
 def test_input_wait_fraction_separates_a_slow_store_from_cached_data(tiny_gin, tmp_path):
     # 8 records of 80 ms per step from one shard at a time (the tuner off): ~640 ms of
     # waiting per step against the tiny model's ~80 ms of compute. No checkpoints or
@@ -109,19 +108,3 @@ def test_input_wait_fraction_separates_a_slow_store_from_cached_data(tiny_gin, t
     assert slow["perf/input_wait_frac"] > 3 * fast["perf/input_wait_frac"], (slow, fast)
     # The slow store's reads are ours to set (and reported); cached data has none.
     assert slow["perf/read_parallelism"] == 1 and "perf/read_parallelism" not in fast
-
-
-def test_max_minutes_ends_the_run_as_at_its_last_step(tiny_gin, tmp_path):
-    # A budget of 0.6 ms passes during the first call (one loop of 2 steps): that step is
-    # then the last, with what a finished run leaves (final checkpoint, result, end record).
-    from paragan_tf.train import records
-    tiny_gin("train.total_steps = 1000", "train.steps_per_loop = 2", "train.log_every = 500",
-             "train.checkpoint_every = 500", "train.sample_every = 500",
-             "train.max_minutes = 0.00001")
-    exp = experiment.build(_one_device())
-    result = loop.train(exp, str(tmp_path))
-    assert result["step"] == 2 and int(exp.step.numpy()) == 2
-    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")
-    assert os.path.exists(os.path.join(str(tmp_path), "samples", "step_0000002.png"))
-    assert [r["step"] for r in records.read(str(tmp_path), "end")] == [2]
-    assert [r["step"] for r in records.read(str(tmp_path), "log")] == [2]

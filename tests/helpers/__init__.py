@@ -1,0 +1,1 @@
+"""What tests share: helper modules and the scripts some tests start as processes."""
