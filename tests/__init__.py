@@ -1,1 +1,1 @@
-"""The tests: one folder per package of paragan_tf/ (and benchmarks/), as tests/README.md describes."""
+"""The tests: a folder per package of paragan_tf/ (and benchmarks/); tests/README.md."""

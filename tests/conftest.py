@@ -1,4 +1,5 @@
-"""Shared test set-up: tf-keras, two logical CPUs, a clean gin config per test.
+"""Shared test set-up: tf-keras, two logical CPUs, a clean gin config per test, and the
+fixtures (tiny_gin, policy, the session's mnist classifier). Helpers are in tests/helpers/.
 
 The CPU is split into two logical devices before TensorFlow initialises, so
 multi-replica code (MirroredStrategy, sync BN, cross-replica sums) runs in the
@@ -7,16 +8,9 @@ same process as single-device tests.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
-import urllib.request
-
 import tempfile
 
 # Before TensorFlow loads, for this process and every binary the tests start:
@@ -34,18 +28,12 @@ if os.uname().machine in ("x86_64", "AMD64"):
 import paragan_tf  # noqa: F401  (pins tf-keras first)  pylint: disable=wrong-import-position
 
 import gin
-import numpy as np
 import pytest
-import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.distribute import launcher
 from paragan_tf.distribute import strategy as strategy_lib
 
 strategy_lib.split_cpu(2)
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = sys.executable
 
 
 # Seconds each file took under `make test` (--durations) on the 2-core AMD EPYC
@@ -99,34 +87,6 @@ def policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
-# What a user's checkout holds for the binaries and `make train`; a scratch checkout links
-# these, so commands typed with relative folders (runs/default) write under it, not here.
-CHECKOUT = ("Makefile", "bin", "gin", "paragan_tf", "requirements.txt",
-            "requirements-weights.txt", "pyproject.toml", ".venv")
-
-
-def scratch_checkout(path) -> str:
-    """A folder that looks like the repository to a user at its root (links to ours)."""
-    os.makedirs(path, exist_ok=True)
-    for name in CHECKOUT:
-        os.symlink(os.path.join(REPO, name), os.path.join(path, name))
-    return str(path)
-
-
-def relative(path) -> str:
-    """`path` as a user types it in the repository root, where the binaries run: relative
-    (../../tmp/... for a test's folder). Users type relative folders; tests that pass
-    absolute ones missed a double join of checkpoint paths (docs/reliability.md)."""
-    return os.path.relpath(str(path), REPO)
-
-
-def run_binary(script: str, *args: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
-    """Runs bin/<script> in a fresh process from the repository root."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.run([PYTHON, os.path.join(REPO, "bin", script), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
-
-
 @pytest.fixture(scope="session")
 def mnist_classifier(tmp_path_factory):
     """A classifier for mnist5k at 32x32 (two epochs, ~20 s alone): (its directory, its info).
@@ -150,85 +110,3 @@ def mnist_classifier(tmp_path_factory):
             classifier.save(model, path, info)
     with open(os.path.join(path, classifier.INFO_FILE)) as f:
         return path, json.load(f)
-
-
-def declared_for(classifier_dir: str, copy_dir: str, dataset: str) -> str:
-    """A copy of a saved classifier declared for `dataset` (of the same image shape).
-
-    For tests whose numbers do not depend on the features (the evaluator refuses a
-    classifier of another dataset): a Fashion-MNIST classifier would take minutes.
-    """
-    shutil.copytree(classifier_dir, copy_dir)
-    info_path = os.path.join(copy_dir, "classifier.json")
-    with open(info_path) as f:
-        info = json.load(f)
-    with open(info_path, "w") as f:
-        json.dump(dict(info, dataset=dataset), f)
-    return copy_dir
-
-
-def mirrored_2() -> tf.distribute.Strategy:
-    return tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
-@contextlib.contextmanager
-def tensorboard(logdir: str, ready: str = "/data/plugin/scalars/tags"):
-    """A real TensorBoard serving `logdir` on 127.0.0.1: yields get(path, body=None), which
-    GETs (or POSTs `body` as JSON) and returns the parsed answer. Ready once `ready`
-    answers with some run (the events are read a moment after start)."""
-    port = launcher.free_port()
-    server = subprocess.Popen(
-        [PYTHON, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1",
-         "--port", str(port), "--load_fast=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def get(path: str, body=None):
-        request = urllib.request.Request(  # POSTed as the dashboard does: JSON
-            f"http://127.0.0.1:{port}{path}", headers={"Content-Type": "application/json"},
-            data=None if body is None else json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-    try:
-        deadline, answer = time.time() + 120, {}
-        while not answer:
-            assert server.poll() is None, server.stdout.read()
-            assert time.time() < deadline, f"TensorBoard did not serve {ready} of {logdir}"
-            try:
-                answer = get(ready)
-            except OSError:
-                pass
-            time.sleep(0.5)
-        yield get
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def image_folder(root, corrupt=()):
-    """Two classes of four random 24x24 PNGs under `root` (the `corrupt` ones cut short);
-    the gin bindings that train on them."""
-    rng = np.random.default_rng(0)
-    for cls in ("cat", "dog"):
-        os.makedirs(root / cls, exist_ok=True)
-        for i in range(4):
-            image = rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)
-            tf.io.write_file(str(root / cls / f"{i}.png"), tf.io.encode_png(image))
-    for name in corrupt:  # a PNG cut short, as an interrupted copy leaves it
-        data = (root / name).read_bytes()
-        (root / name).write_bytes(data[:len(data) // 3])
-    return [f"dataset.name = 'image_folder'", f"dataset.data_dir = '{root}'"]
-
-
-def train_tiny(tiny_gin, tmp_path, *bindings):
-    """6 steps of gin/tiny.gin (and `bindings`) on one device; the run's result."""
-    from paragan_tf.train import experiment
-    from paragan_tf.train import loop
-    tiny_gin("train.total_steps = 6", "train.steps_per_loop = 2", "train.log_every = 6",
-             "train.d_steps = 1", *bindings)
-    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-    return loop.train(exp, str(tmp_path))

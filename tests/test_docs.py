@@ -12,8 +12,8 @@ import shlex
 
 import pytest
 
-from conftest import REPO
 from paragan_tf.train import experiment
+from tests.helpers.repo import REPO
 
 DOCS = ["README.md"] + sorted(os.path.relpath(p, REPO) for p in glob.glob(
     os.path.join(REPO, "docs", "**", "*.md"), recursive=True))

@@ -11,7 +11,7 @@ from paragan_tf.errors import ConfigError
 
 
 def test_the_small_data_suite_on_a_tiny_run(tmp_path, mnist_classifier):
-    from conftest import declared_for
+    from tests.helpers.training import declared_for
     from benchmarks import small_data
     stand_in = declared_for(mnist_classifier[0], str(tmp_path / "classifier"), "fashion_mnist")
     # One arm (each is a training and an evaluation process): the one with most settings.

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from benchmarks import step as step_bench
-from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
+from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 
 INPUT, KERNEL = [2, 8, 8, 4], [3, 3, 4, 6]
 FORWARD = 2 * 2 * 8 * 8 * 3 * 3 * 4 * 6

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import image_folder
 from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
-from tiny_tfds import TinyDigits
+from tests.helpers.tiny_tfds import TinyDigits
+from tests.helpers.training import image_folder
 
 
 def _config(**kw):

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import image_folder
 from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
@@ -18,6 +17,7 @@ from paragan_tf.data import tuning
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
 from tests.helpers.ps_cluster import coordinate
+from tests.helpers.training import image_folder
 
 
 def _config(**kw):
@@ -136,7 +136,7 @@ def _chance_bound(a: int, b: int, population: int) -> float:
 @pytest.mark.slow
 def test_each_worker_reads_its_own_permutation_and_the_pid_offset_scheme_did_not(tmp_path):
     batches = 4  # 256 examples per worker out of 5,000: ~13 shared by chance
-    report = coordinate("tests/ps_streams.py", batches, tmp_path)
+    report = coordinate("tests/helpers/ps_streams.py", batches, tmp_path)
     assert report["reproducible"], "a rebuilt input gave a worker other examples"
     # 256 distinct examples per worker. Not asserted of the replaced scheme: when a pid %
     # 5,000 falls in an epoch's last 256 examples, its window runs into the next epoch's

@@ -14,12 +14,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-import clusters
-from conftest import PYTHON, REPO
-from tiny_tfds import TinyDigits
 from paragan_tf.data import prepare
 from paragan_tf.data import records
 from paragan_tf.errors import ConfigError
+from tests.helpers import clusters
+from tests.helpers.repo import PYTHON, REPO
+from tests.helpers.tiny_tfds import TinyDigits
 
 
 def _messy_folder(root):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conftest import train_tiny
+from tests.helpers.training import train_tiny
 
 
 def test_reading_through_local_tf_data_service_workers(tiny_gin, tmp_path):

@@ -10,14 +10,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
-from conftest import declared_for, mirrored_2, relative
 from paragan_tf.data import datasets
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
 from paragan_tf.train import records
+from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
+from tests.helpers.repo import relative
+from tests.helpers.training import declared_for, mirrored_2
 
 
 def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,

@@ -27,8 +27,9 @@ import tensorflow as tf
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import inception
 from paragan_tf.eval import metrics
+from tests.helpers.repo import REPO
 
-GOLDEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+GOLDEN_DIR = os.path.join(REPO, "tests", "golden")
 BATCH = 50
 
 
@@ -141,7 +142,7 @@ def test_fid_is_the_default_for_colour_images_stamped_and_split_across_replicas(
     the weights' sha1 and the resize in the protocol, the same values on two replicas; 21
     samples in batches of 10 leave a last batch of one, which would give the second
     replica an empty share (benchmarks/probes/empty_batch_conv.py): padded, and dropped."""
-    from conftest import mirrored_2
+    from tests.helpers.training import mirrored_2
     from paragan_tf.eval import evaluator as evaluator_lib
     from paragan_tf.train import experiment
     results = []

@@ -9,11 +9,11 @@ import os
 import numpy as np
 import pytest
 
-from conftest import REPO, run_binary
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import inception
 from paragan_tf.eval import metrics
 from paragan_tf.eval import reference_stats
+from tests.helpers.repo import REPO, run_binary
 
 # 20 synthetic RGB images: the Inception features of so few are cheap, and the FID on
 # them is still a real one (fewer samples than dimensions: eval/metrics.py).

@@ -10,9 +10,9 @@ import textwrap
 import numpy as np
 import tensorflow as tf
 
-from conftest import PYTHON
 from paragan_tf.generate import export
 from paragan_tf.train import experiment
+from tests.helpers.repo import PYTHON
 
 
 def test_exported_generator_runs_in_a_fresh_process_without_paragan_tf(tiny_gin, tmp_path):

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_binary
-from paper_biggan import _paper_models
 from paragan_tf.generate import sampling
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
+from tests.helpers.paper_biggan import _paper_models
+from tests.helpers.repo import run_binary
 
 
 def test_latents_are_deterministic_and_truncation_bounds_them():

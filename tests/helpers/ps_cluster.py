@@ -13,9 +13,9 @@ import os
 import re
 import subprocess
 
-import clusters
-from conftest import PYTHON, REPO
 from paragan_tf.distribute import launcher
+from tests.helpers import clusters
+from tests.helpers.repo import PYTHON, REPO
 
 
 @contextlib.contextmanager

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paper_biggan import _paper_models
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
+from tests.helpers.paper_biggan import _paper_models
 
 # Shapes at tiny widths for every resolution; the parameter counts are pinned to the
 # reference implementation's at full width below (test_parameter_counts_match_the_reference).

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import mirrored_2
 from paragan_tf.models import layers
+from tests.helpers.training import mirrored_2
 
 
 def test_spectral_norm_power_iteration_converges_and_only_trains_u():

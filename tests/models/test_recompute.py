@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from paper_biggan import _paper_models
 from paragan_tf.models import biggan
 from paragan_tf.scale import memory
+from tests.helpers.paper_biggan import _paper_models
 
 
 def _gradients_and_state(recompute: bool):

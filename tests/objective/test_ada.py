@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import mirrored_2
 from paragan_tf.objective import augment
+from tests.helpers.training import mirrored_2
 
 X = (np.arange(2 * 5 * 6 * 3, dtype=np.float32).reshape(2, 5, 6, 3) / 90.0) - 0.9
 

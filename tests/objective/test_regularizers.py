@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paper_biggan import _tiny_step
 from paragan_tf.models import biggan
 from paragan_tf.models import layers
 from paragan_tf.objective import regularizers
+from tests.helpers.paper_biggan import _tiny_step
 
 
 def _closed_form_ortho_gradient(weight: np.ndarray, rows_last: bool) -> np.ndarray:

@@ -313,7 +313,7 @@ def test_fit_takes_the_fewest_micro_batches_then_recompute():
 
 
 def test_the_plan_binary_prints_writes_and_refuses_by_name(tmp_path):
-    from conftest import run_binary
+    from tests.helpers.repo import run_binary
     output = tmp_path / "plan.json"
     result = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--devices=v100x8,mygpux4",
                         "--custom_device=name=mygpu,fp32=20,bf16=200,memory=24,per_host=8,"

@@ -63,7 +63,7 @@ def test_sync_only_settings_are_refused_or_warned_about_by_name(tiny_gin, caplog
 
 
 def _ps_launch(model_dir, *bindings):
-    from clusters import Launch
+    from tests.helpers.clusters import Launch
     return Launch(model_dir, "--num_ps=1", "--gin_bindings=strategy.kind='parameter_server'",
                   *[f"--gin_bindings={b}" for b in bindings])
 

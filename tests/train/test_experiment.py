@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import mirrored_2
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
+from tests.helpers.training import mirrored_2
 
 
 def test_global_batch_not_divisible_by_replicas_is_a_config_error(tiny_gin):

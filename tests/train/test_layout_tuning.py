@@ -11,11 +11,11 @@ import types
 
 import pytest
 
-from clusters import run_while_progressing
-from conftest import PYTHON, REPO, relative
 from paragan_tf import layout as layout_lib
 from paragan_tf.train import experiment
 from paragan_tf.train import layout_tuning
+from tests.helpers.clusters import run_while_progressing
+from tests.helpers.repo import PYTHON, REPO, relative
 
 Candidate = layout_tuning.Candidate
 CPU_AVX2 = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "fma"}),

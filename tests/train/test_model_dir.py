@@ -14,9 +14,9 @@ import time
 import pytest
 import tensorflow as tf
 
-import clusters
-from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
-from conftest import PYTHON, REPO
+from tests.helpers import clusters
+from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
+from tests.helpers.repo import PYTHON, REPO
 
 TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
 

@@ -10,11 +10,11 @@ from tests.helpers.ps_cluster import coordinate
 
 @pytest.mark.slow
 def test_d_closures_train_on_the_buffer_while_a_g_closure_is_still_running(tmp_path):
-    # The order of events, from counters on the parameter server (tests/ps_buffer.py), each
+    # The order of events, from counters on the parameter server (tests/helpers/ps_buffer.py), each
     # [G closures started, G closures finished, D closures finished] in the trial. The G
     # closure is held until the D closures finish (or a stall): whether they can finish
     # while it runs, not which is faster on this machine, decides.
-    report = coordinate("tests/ps_buffer.py", 60, tmp_path)
+    report = coordinate("tests/helpers/ps_buffer.py", 60, tmp_path)
     free, handoff = report["free"], report["handoff"]
     # The G closure started before any D closure finished; each D closure finished while it
     # was running (started, not finished), on the fakes the buffer was filled with (no G

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import mirrored_2
-from paper_biggan import _tiny_step
 from paragan_tf.objective import augment
 from paragan_tf.objective import losses
 from paragan_tf.objective import penalties
@@ -19,6 +17,8 @@ from paragan_tf.train import experiment
 from paragan_tf.train import loop
 from paragan_tf.train import optimizers
 from paragan_tf.train import step as step_lib
+from tests.helpers.paper_biggan import _tiny_step
+from tests.helpers.training import mirrored_2
 
 
 def _weights(exp):

@@ -12,9 +12,10 @@ import textwrap
 
 import pytest
 
-from conftest import PYTHON, REPO, run_binary, scratch_checkout, tensorboard
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import sweep as sweep_lib
+from tests.helpers.repo import PYTHON, REPO, run_binary, scratch_checkout
+from tests.helpers.tensorboard_server import tensorboard
 
 
 def _sweep_file(tmp_path, body: str, name="s.gin") -> str:

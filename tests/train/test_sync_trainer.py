@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import train_tiny
 from paragan_tf.errors import Diverged
 from paragan_tf.train import experiment
 from paragan_tf.train import loop
+from tests.helpers.training import train_tiny
 
 
 def _weights(exp):

@@ -1,9 +1,11 @@
 """Multi-process runs on 127.0.0.1 for the tests: bin/launch_local.py in the background,
 and waiting on any process of a test without a fixed deadline.
 
-Launch is used by tests/e2e/test_scale_out.py and tests/test_async_loop.py; the waits
-(run_binary, run_while_progressing, wait_while_progressing) also by tests/test_model_dir.py,
-tests/test_records.py, tests/e2e/test_binaries.py and tests/e2e/test_crash_resume.py.
+Launch is used by tests/e2e/test_scale_out.py and tests/train/test_async_trainer.py; the
+waits (run_binary, run_while_progressing, wait_while_progressing) also by tests that start
+binaries (tests/train/test_model_dir.py, train/test_layout_tuning.py, data/test_prepare.py,
+eval/test_evaluator.py, benchmarks/test_step.py, tests/e2e/test_binaries.py and
+e2e/test_crash_resume.py) and by tests/helpers/ps_cluster.py.
 
 No wait here has a fixed deadline for training to get somewhere: a slow or loaded
 machine trains slowly, not wrongly. A wait goes on as long as the run keeps printing
@@ -24,7 +26,7 @@ import tempfile
 import time
 from typing import Callable, List, Optional, TypeVar
 
-from conftest import PYTHON, REPO, relative
+from tests.helpers.repo import PYTHON, REPO, relative
 
 TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
 
@@ -88,7 +90,7 @@ def run_while_progressing(argv: List[str], env=None, cwd: str = REPO
 
 
 def run_binary(script: str, *args: str, env=None) -> subprocess.CompletedProcess:
-    """conftest.run_binary (bin/<script> from the repository root), waiting while it makes
+    """repo.run_binary (bin/<script> from the repository root), waiting while it makes
     progress instead of up to a fixed timeout."""
     return run_while_progressing([PYTHON, os.path.join(REPO, "bin", script), *args],
                                  env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))

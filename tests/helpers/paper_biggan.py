@@ -2,8 +2,9 @@
 
 `_paper_models` builds the reference configuration (ch 96, shared embedding of 128,
 hierarchical z, attention at 64, 1000 classes) or a narrow one of the same architecture;
-`_tiny_step` a one-step GANStep on a narrow one. Used by tests/test_biggan.py,
-test_step.py, test_sampling.py, test_recompute.py and test_regularizers.py.
+`_tiny_step` a one-step GANStep on a narrow one. Used by tests/models/test_biggan.py,
+models/test_recompute.py, objective/test_regularizers.py, generate/test_sampling.py and
+train/test_step.py.
 """
 
 from __future__ import annotations

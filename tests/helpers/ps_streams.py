@@ -1,4 +1,4 @@
-"""Coordinator of tests/test_async_loop.py's stream test: which examples each PS worker reads first.
+"""Coordinator of tests/data/test_pipeline.py's stream test: what each PS worker reads first.
 
 Run as the chief of a cluster of one parameter server and two workers (TF_CONFIG).
 For each scheme it builds the real-image input on every worker through

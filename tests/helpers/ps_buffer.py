@@ -1,4 +1,4 @@
-"""Coordinator of tests/test_async_loop.py's sample-buffer test: do D closures wait for a slow G?
+"""Coordinator of tests/train/test_sample_buffer.py's test: do D closures wait for a slow G?
 
 Run as the chief of a cluster of one parameter server and two workers (TF_CONFIG),
 with the trainer's closures in mode 'sample_buffer' on gin/tiny.gin. After the
