@@ -1,11 +1,42 @@
-"""The sample buffer (train/sample_buffer.py): D closures train on the fakes it holds without
-waiting for a G closure, on real server processes on 127.0.0.1."""
+"""The sample buffer (train/sample_buffer.py): a read is the newest batch written, whole; and D
+closures train on the fakes it holds without waiting for a G closure, on real server processes
+on 127.0.0.1."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
+from paragan_tf.train import sample_buffer
 from tests.helpers.ps_cluster import coordinate
+
+
+def test_a_read_is_the_newest_batch_written_whole():
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        near = tf.Variable(0, dtype=tf.int64, trainable=False)
+    buffer = sample_buffer.SampleBuffer(strategy, depth=3, batch=2, image_shape=(4, 4, 1),
+                                        dim_z=5, near=near)
+    assert buffer.filled() == 0
+
+    def write(round_index: int, value: float, version: int):
+        buffer.write(tf.constant(round_index, tf.int64), tf.fill([2, 4, 4, 1], value),
+                     tf.constant([1, 2]) * int(value), tf.fill([2, 5], -value),
+                     tf.constant(version, tf.int64))
+    write(0, 1.0, 10)
+    write(1, 2.0, 11)
+    fakes, labels, z, version = buffer.read()
+    assert int(version) == 11 and buffer.filled() == 2
+    np.testing.assert_array_equal(fakes.numpy(), np.full([2, 4, 4, 1], 2.0, np.float32))
+    assert labels.dtype == tf.int32 and labels.numpy().tolist() == [2, 4]
+    np.testing.assert_array_equal(z.numpy(), np.full([2, 5], -2.0, np.float32))
+    # Round 3 writes slot 3 % 3 = 0, over round 0's batch: the newest is then in slot 0.
+    write(3, 3.0, 12)
+    assert buffer.versions.numpy().tolist() == [12, 11, -1]
+    fakes, labels, z, version = buffer.read()
+    assert int(version) == 12 and labels.numpy().tolist() == [3, 6]
+    assert float(fakes.numpy().min()) == float(fakes.numpy().max()) == 3.0
 
 
 @pytest.mark.slow
