@@ -37,30 +37,38 @@ strategy_lib.split_cpu(2)
 
 
 # Seconds each file took under `make test` (--durations) on the 2-core AMD EPYC
-# Zen 4 machine of the README, rounded; a file split out of older ones has its tests'
-# estimated share of their times until it is measured again. pytest-xdist hands whole
-# files to workers in collection order (the Makefile turns off its reordering by test
-# count), so running the longest files first keeps one long file from starting last while
-# the other worker idles (longest-processing-time-first scheduling). Unlisted files run
-# after these; tests/e2e's files are listed by their base names.
+# Zen 4 machine of the README, rounded, by path under tests/; a file split out of older ones
+# has its tests' estimated share of their times until it is measured again. pytest-xdist
+# hands whole files to workers in collection order (the Makefile turns off its reordering
+# by test count), so running the longest files first keeps one long file from starting last
+# while the other worker idles (longest-processing-time-first scheduling). Unlisted files
+# run after these.
 _FILE_SECONDS = {
-    "test_step.py": 515, "test_scale_out.py": 300, "test_learning_gate.py": 260,
-    "test_readme.py": 160, "test_binaries.py": 220, "test_inception.py": 190,
-    "test_crash_resume.py": 160, "test_async_loop.py": 145, "test_evaluator.py": 120,
-    "test_bench_time_to_quality.py": 150, "test_records.py": 110, "test_sweep.py": 90,
-    "test_loop.py": 90, "test_biggan.py": 75, "test_plan.py": 100,
-    "test_model_dir.py": 70, "test_bench.py": 65, "test_checkpoints.py": 55,
-    "test_bench_input.py": 55, "test_bench_async_quality.py": 55, "test_slurm.py": 45,
-    "test_layout.py": 40, "test_reference_stats.py": 40, "test_datasets.py": 35,
-    "test_tensorboard.py": 35, "test_bench_small_data.py": 35, "test_service.py": 30,
-    "test_recompute.py": 25, "test_sampling.py": 25, "test_ada.py": 25, "test_pipeline.py": 20,
-    "test_classifier.py": 20, "test_class_list.py": 15, "test_regularizers.py": 10,
-    "test_ema.py": 10, "test_export.py": 10, "test_layout_tuning.py": 120,
+    "train/test_step.py": 515, "e2e/test_scale_out.py": 300, "e2e/test_learning_gate.py": 260,
+    "e2e/test_binaries.py": 220, "eval/test_inception.py": 190, "e2e/test_readme.py": 160,
+    "e2e/test_crash_resume.py": 160, "benchmarks/test_time_to_quality.py": 145,
+    "eval/test_evaluator.py": 120, "train/test_layout_tuning.py": 120, "scale/test_plan.py": 100,
+    "train/test_sweep.py": 90, "train/test_sync_trainer.py": 80, "models/test_biggan.py": 75,
+    "train/test_model_dir.py": 70, "benchmarks/test_step.py": 65,
+    "train/test_async_trainer.py": 60, "data/test_pipeline.py": 60,
+    "train/test_checkpoints.py": 55, "benchmarks/test_input.py": 55,
+    "benchmarks/test_async_quality.py": 55, "data/test_records.py": 45,
+    "data/test_prepare.py": 45, "train/test_sample_buffer.py": 45, "e2e/test_slurm.py": 45,
+    "test_layout.py": 40, "eval/test_reference_stats.py": 40, "data/test_datasets.py": 35,
+    "e2e/test_tensorboard.py": 35, "benchmarks/test_small_data.py": 35,
+    "data/test_service.py": 30, "models/test_recompute.py": 25, "generate/test_sampling.py": 25,
+    "objective/test_ada.py": 25, "benchmarks/test_data.py": 20, "eval/test_classifier.py": 20,
+    "train/test_controller.py": 15, "data/test_class_list.py": 15,
+    "objective/test_regularizers.py": 10, "train/test_ema.py": 10, "generate/test_export.py": 10,
+    "benchmarks/test_quality_runs.py": 5,
 }
+_TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: -_FILE_SECONDS.get(item.path.name, 0))  # stable: keeps order
+    def seconds(item):
+        return _FILE_SECONDS.get(os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/"), 0)
+    items.sort(key=lambda item: -seconds(item))  # stable: keeps order
 
 
 @pytest.fixture(autouse=True)
