@@ -19,7 +19,7 @@ chip, whose two cores act as one device):
 
 Efficiency is the fraction of the datasheet peak a BigGAN train step reaches:
 one number per family and precision, calibrated from one published run each
-(docs/scale.md; tests/test_plan.py re-derives them from the published numbers
+(docs/scale.md; tests/scale/test_plan.py re-derives them from the published numbers
 and our FLOP counter, and checks them on the other runs):
 
   gpu, float32    BigGAN-PyTorch ImageNet-128 on 8 V100 (fp32, 2,048 images/step,
@@ -108,7 +108,7 @@ CATALOGUE: Dict[str, Device] = {d.name: d for d in (
 )}
 
 # Fraction of the datasheet peak a BigGAN step reaches, per (family, precision); see the
-# module doc for where each comes from (tests/test_plan.py re-derives gpu and tpu).
+# module doc for where each comes from (tests/scale/test_plan.py re-derives gpu and tpu).
 EFFICIENCY = {("gpu", "float32"): 0.64, ("gpu", "mixed_bfloat16"): 0.64,
               ("gpu", "mixed_float16"): 0.64, ("tpu", "mixed_bfloat16"): 0.037,
               ("tpu", "float32"): 0.037}
