@@ -1,4 +1,5 @@
-"""Shared test set-up: tf-keras, two logical CPUs, a clean gin config per test.
+"""Shared test set-up: tf-keras, two logical CPUs, a clean gin config per test, and the
+fixtures (tiny_gin, policy, the session's mnist classifier). Helpers are in tests/helpers/.
 
 The CPU is split into two logical devices before TensorFlow initialises, so
 multi-replica code (MirroredStrategy, sync BN, cross-replica sums) runs in the
@@ -7,16 +8,9 @@ same process as single-device tests.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
-import urllib.request
-
 import tempfile
 
 # Before TensorFlow loads, for this process and every binary the tests start:
@@ -34,45 +28,47 @@ if os.uname().machine in ("x86_64", "AMD64"):
 import paragan_tf  # noqa: F401  (pins tf-keras first)  pylint: disable=wrong-import-position
 
 import gin
-import numpy as np
 import pytest
-import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.distribute import launcher
 from paragan_tf.distribute import strategy as strategy_lib
 
 strategy_lib.split_cpu(2)
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PYTHON = sys.executable
-
 
 # Seconds each file took under `make test` (--durations) on the 2-core AMD EPYC
-# Zen 4 machine of the README, rounded; a file split out of older ones has its tests'
-# estimated share of their times until it is measured again. pytest-xdist hands whole
-# files to workers in collection order (the Makefile turns off its reordering by test
-# count), so running the longest files first keeps one long file from starting last while
-# the other worker idles (longest-processing-time-first scheduling). Unlisted files run
-# after these; tests/e2e's files are listed by their base names.
+# Zen 4 machine of the README, rounded, by path under tests/; a file split out of older ones
+# has its tests' estimated share of their times until it is measured again. pytest-xdist
+# hands whole files to workers in collection order (the Makefile turns off its reordering
+# by test count), so running the longest files first keeps one long file from starting last
+# while the other worker idles (longest-processing-time-first scheduling). Unlisted files
+# run after these.
 _FILE_SECONDS = {
-    "test_step.py": 515, "test_scale_out.py": 300, "test_learning_gate.py": 260,
-    "test_readme.py": 160, "test_binaries.py": 220, "test_inception.py": 190,
-    "test_crash_resume.py": 160, "test_async_loop.py": 145, "test_evaluator.py": 120,
-    "test_bench_time_to_quality.py": 150, "test_records.py": 110, "test_sweep.py": 90,
-    "test_loop.py": 90, "test_biggan.py": 75, "test_plan.py": 100,
-    "test_model_dir.py": 70, "test_bench.py": 65, "test_checkpoints.py": 55,
-    "test_bench_input.py": 55, "test_bench_async_quality.py": 55, "test_slurm.py": 45,
-    "test_layout.py": 40, "test_reference_stats.py": 40, "test_datasets.py": 35,
-    "test_tensorboard.py": 35, "test_bench_small_data.py": 35, "test_service.py": 30,
-    "test_recompute.py": 25, "test_sampling.py": 25, "test_ada.py": 25, "test_pipeline.py": 20,
-    "test_classifier.py": 20, "test_class_list.py": 15, "test_regularizers.py": 10,
-    "test_ema.py": 10, "test_export.py": 10, "test_layout_tuning.py": 120,
+    "train/test_step.py": 515, "e2e/test_scale_out.py": 300, "e2e/test_learning_gate.py": 260,
+    "e2e/test_binaries.py": 220, "eval/test_inception.py": 190, "e2e/test_readme.py": 160,
+    "e2e/test_crash_resume.py": 160, "benchmarks/test_time_to_quality.py": 145,
+    "eval/test_evaluator.py": 120, "train/test_layout_tuning.py": 120, "scale/test_plan.py": 100,
+    "train/test_sweep.py": 90, "train/test_sync_trainer.py": 80, "models/test_biggan.py": 75,
+    "train/test_model_dir.py": 70, "benchmarks/test_step.py": 65,
+    "train/test_async_trainer.py": 60, "data/test_pipeline.py": 60,
+    "train/test_checkpoints.py": 55, "benchmarks/test_input.py": 55,
+    "benchmarks/test_async_quality.py": 55, "data/test_records.py": 45,
+    "data/test_prepare.py": 45, "train/test_sample_buffer.py": 45, "e2e/test_slurm.py": 45,
+    "test_layout.py": 40, "eval/test_reference_stats.py": 40, "data/test_datasets.py": 35,
+    "e2e/test_tensorboard.py": 35, "benchmarks/test_small_data.py": 35,
+    "data/test_service.py": 30, "models/test_recompute.py": 25, "generate/test_sampling.py": 25,
+    "objective/test_ada.py": 25, "benchmarks/test_data.py": 20, "eval/test_classifier.py": 20,
+    "train/test_controller.py": 15, "data/test_class_list.py": 15,
+    "objective/test_regularizers.py": 10, "train/test_ema.py": 10, "generate/test_export.py": 10,
+    "benchmarks/test_quality_runs.py": 5,
 }
+_TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: -_FILE_SECONDS.get(item.path.name, 0))  # stable: keeps order
+    def seconds(item):
+        return _FILE_SECONDS.get(os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/"), 0)
+    items.sort(key=lambda item: -seconds(item))  # stable: keeps order
 
 
 @pytest.fixture(autouse=True)
@@ -99,34 +95,6 @@ def policy():
     keras.mixed_precision.set_global_policy("float32")
 
 
-# What a user's checkout holds for the binaries and `make train`; a scratch checkout links
-# these, so commands typed with relative folders (runs/default) write under it, not here.
-CHECKOUT = ("Makefile", "bin", "gin", "paragan_tf", "requirements.txt",
-            "requirements-weights.txt", "pyproject.toml", ".venv")
-
-
-def scratch_checkout(path) -> str:
-    """A folder that looks like the repository to a user at its root (links to ours)."""
-    os.makedirs(path, exist_ok=True)
-    for name in CHECKOUT:
-        os.symlink(os.path.join(REPO, name), os.path.join(path, name))
-    return str(path)
-
-
-def relative(path) -> str:
-    """`path` as a user types it in the repository root, where the binaries run: relative
-    (../../tmp/... for a test's folder). Users type relative folders; tests that pass
-    absolute ones missed a double join of checkpoint paths (docs/reliability.md)."""
-    return os.path.relpath(str(path), REPO)
-
-
-def run_binary(script: str, *args: str, timeout: float = 300, env=None) -> subprocess.CompletedProcess:
-    """Runs bin/<script> in a fresh process from the repository root."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.run([PYTHON, os.path.join(REPO, "bin", script), *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, env=full_env)
-
-
 @pytest.fixture(scope="session")
 def mnist_classifier(tmp_path_factory):
     """A classifier for mnist5k at 32x32 (two epochs, ~20 s alone): (its directory, its info).
@@ -150,85 +118,3 @@ def mnist_classifier(tmp_path_factory):
             classifier.save(model, path, info)
     with open(os.path.join(path, classifier.INFO_FILE)) as f:
         return path, json.load(f)
-
-
-def declared_for(classifier_dir: str, copy_dir: str, dataset: str) -> str:
-    """A copy of a saved classifier declared for `dataset` (of the same image shape).
-
-    For tests whose numbers do not depend on the features (the evaluator refuses a
-    classifier of another dataset): a Fashion-MNIST classifier would take minutes.
-    """
-    shutil.copytree(classifier_dir, copy_dir)
-    info_path = os.path.join(copy_dir, "classifier.json")
-    with open(info_path) as f:
-        info = json.load(f)
-    with open(info_path, "w") as f:
-        json.dump(dict(info, dataset=dataset), f)
-    return copy_dir
-
-
-def mirrored_2() -> tf.distribute.Strategy:
-    return tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
-@contextlib.contextmanager
-def tensorboard(logdir: str, ready: str = "/data/plugin/scalars/tags"):
-    """A real TensorBoard serving `logdir` on 127.0.0.1: yields get(path, body=None), which
-    GETs (or POSTs `body` as JSON) and returns the parsed answer. Ready once `ready`
-    answers with some run (the events are read a moment after start)."""
-    port = launcher.free_port()
-    server = subprocess.Popen(
-        [PYTHON, "-m", "tensorboard.main", "--logdir", logdir, "--host", "127.0.0.1",
-         "--port", str(port), "--load_fast=false"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-    def get(path: str, body=None):
-        request = urllib.request.Request(  # POSTed as the dashboard does: JSON
-            f"http://127.0.0.1:{port}{path}", headers={"Content-Type": "application/json"},
-            data=None if body is None else json.dumps(body).encode())
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-    try:
-        deadline, answer = time.time() + 120, {}
-        while not answer:
-            assert server.poll() is None, server.stdout.read()
-            assert time.time() < deadline, f"TensorBoard did not serve {ready} of {logdir}"
-            try:
-                answer = get(ready)
-            except OSError:
-                pass
-            time.sleep(0.5)
-        yield get
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-
-
-def image_folder(root, corrupt=()):
-    """Two classes of four random 24x24 PNGs under `root` (the `corrupt` ones cut short);
-    the gin bindings that train on them."""
-    rng = np.random.default_rng(0)
-    for cls in ("cat", "dog"):
-        os.makedirs(root / cls, exist_ok=True)
-        for i in range(4):
-            image = rng.integers(0, 256, (24, 24, 3), dtype=np.uint8)
-            tf.io.write_file(str(root / cls / f"{i}.png"), tf.io.encode_png(image))
-    for name in corrupt:  # a PNG cut short, as an interrupted copy leaves it
-        data = (root / name).read_bytes()
-        (root / name).write_bytes(data[:len(data) // 3])
-    return [f"dataset.name = 'image_folder'", f"dataset.data_dir = '{root}'"]
-
-
-def train_tiny(tiny_gin, tmp_path, *bindings):
-    """6 steps of gin/tiny.gin (and `bindings`) on one device; the run's result."""
-    from paragan_tf.train import experiment
-    from paragan_tf.train import driver
-    tiny_gin("train.total_steps = 6", "train.steps_per_loop = 2", "train.log_every = 6",
-             "train.d_steps = 1", *bindings)
-    exp = experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
-    return driver.train(exp, str(tmp_path))

@@ -7,7 +7,7 @@ import ast
 import glob
 import os
 
-from conftest import REPO
+from tests.helpers.repo import REPO
 
 # Lowest first; a module may import from its own layer and the ones before it.
 LAYERS = [

@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from conftest import REPO
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
+from tests.helpers.repo import REPO
 
-# Sweep files bind `sweep.*` only: tests/test_sweep.py checks them.
+# Sweep files bind `sweep.*` only: tests/train/test_sweep.py checks them.
 GIN_FILES = sorted(os.path.relpath(p, REPO)
                    for p in glob.glob(os.path.join(REPO, "gin", "**", "*.gin"), recursive=True)
                    if not p.startswith(os.path.join(REPO, "gin", "sweeps", "")))

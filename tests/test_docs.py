@@ -12,10 +12,10 @@ import shlex
 
 import pytest
 
-from conftest import REPO
 from paragan_tf.train import experiment
+from tests.helpers.repo import REPO
 
-DOCS = ["README.md"] + sorted(os.path.relpath(p, REPO) for p in glob.glob(
+DOCS = ["README.md", "tests/README.md"] + sorted(os.path.relpath(p, REPO) for p in glob.glob(
     os.path.join(REPO, "docs", "**", "*.md"), recursive=True))
 # Top-level folders and files of the repository: a backticked word starting with one of
 # these is a path that must exist.

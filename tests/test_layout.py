@@ -8,7 +8,6 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from conftest import mirrored_2
 from paragan_tf import layout as layout_lib
 from paragan_tf import layout_env
 from paragan_tf.errors import ConfigError
@@ -16,6 +15,7 @@ from paragan_tf.models import biggan
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
 from paragan_tf.train import sync_trainer
+from tests.helpers.training import mirrored_2
 
 ONE_DEVICE = tf.distribute.OneDeviceStrategy("/cpu:0")
 CPU_PLAIN = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "avx512f"}))

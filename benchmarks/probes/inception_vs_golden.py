@@ -1,4 +1,5 @@
-"""Our FID Inception against the reference's goldens: the numbers behind tests/test_inception.py.
+"""Our FID Inception against the reference's goldens: the numbers behind
+tests/eval/test_inception.py.
 
     .venv/bin/python benchmarks/probes/inception_vs_golden.py          # features and FID
 

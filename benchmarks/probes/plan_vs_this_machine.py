@@ -9,7 +9,7 @@ machine times slower steps than it plans.
 
 Measured 2026-11-26 on the 2-core AMD EPYC Zen 4 at 3.67 GHz, nothing else
 running: 0.367 s/step timed (MFU 0.544), 0.258 planned, ratio 0.70; again at
-11:02 UTC: 0.352 s/step (MFU 0.568), ratio 0.73. tests/test_plan.py pins the
+11:02 UTC: 0.352 s/step (MFU 0.568), ratio 0.73. tests/scale/test_plan.py pins the
 plan for that machine against the first; under the test suite's load on the
 same machine the timing gave ratio 0.36.
 """

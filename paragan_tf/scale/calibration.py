@@ -61,7 +61,7 @@ TABLE: Dict[str, Measured] = {
         "2026-11-26 (fitted in commit 3a33e76)",
         "fitted by plan.calibrate to ajbrock/BigGAN-PyTorch at 98459431, README.md line "
         "28: 15 days to 150k iterations of 256 x 8 images (8.64 s/iteration); again with "
-        ".venv/bin/python -m pytest -s tests/test_plan.py -k calibration_points"),
+        ".venv/bin/python -m pytest -s tests/scale/test_plan.py -k calibration_points"),
     "efficiency_tpu_bfloat16": Measured(
         0.037,
         "fraction of the datasheet bfloat16 peak a BigGAN train step reaches on a TPU "
@@ -72,7 +72,7 @@ TABLE: Dict[str, Measured] = {
         "fitted by plan.calibrate to ParaGAN (Shi, Li, You, arXiv 2411.03999): BigGAN in "
         "14 hours on 1,024 TPU v3 cores, read as 150k iterations of 2,048 images (0.336 "
         "s/iteration; the paper states neither); again with .venv/bin/python -m pytest -s "
-        "tests/test_plan.py -k calibration_points"),
+        "tests/scale/test_plan.py -k calibration_points"),
 }
 
 INPUT_IMAGES_PER_CORE = TABLE["input_images_per_core"].value

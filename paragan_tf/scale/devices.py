@@ -23,7 +23,7 @@ published run, date and command.
 
 Efficiency is the fraction of the datasheet peak a BigGAN train step reaches:
 one number per family and precision, calibrated from one published run each
-(docs/scale.md; tests/test_plan.py re-derives them from the published numbers
+(docs/scale.md; tests/scale/test_plan.py re-derives them from the published numbers
 and our FLOP counter, and checks them on the other runs):
 
   gpu, float32    BigGAN-PyTorch ImageNet-128 on 8 V100 (fp32, 2,048 images/step,
@@ -114,7 +114,7 @@ CATALOGUE: Dict[str, Device] = {d.name: d for d in (
 
 # Fraction of the datasheet peak a BigGAN step reaches, per (family, precision): one fitted
 # value per family (calibration.TABLE; the module doc says from which run; tests/
-# test_plan.py re-derives both), used at every precision of the family.
+# scale/test_plan.py re-derives both), used at every precision of the family.
 EFFICIENCY = {("gpu", "float32"): calibration.EFFICIENCY_GPU,
               ("gpu", "mixed_bfloat16"): calibration.EFFICIENCY_GPU,
               ("gpu", "mixed_float16"): calibration.EFFICIENCY_GPU,

@@ -64,7 +64,7 @@ class Assumptions:
     # no cluster traces); it costs 8 V100 0.08 % and 1,024 replicas 10 %.
     # bin/bench.py --suite=straggler measures what one slow worker does to a run here.
     # ParaGAN's 91 % at 1,024 TPU cores is met only for 1.6e-5 to 1.4e-4
-    # (tests/test_plan.py): that check rests on this reading, it does not confirm it.
+    # (tests/scale/test_plan.py): that check rests on this reading, it does not confirm it.
     straggler_probability: float = 1e-4
     straggler_slowdown: float = 2.0
 

@@ -64,13 +64,15 @@ def train(exp: experiment_lib.Experiment, model_dir: str) -> Dict[str, float]:
 def _run(exp: experiment_lib.Experiment, model_dir: str,
          trainer: trainer_lib.Trainer) -> Dict[str, float]:
     try:
-        return _assemble(exp, model_dir, trainer).run()  # closes the trainer
+        return assemble(exp, model_dir, trainer).run()  # closes the trainer
     finally:
         trainer.close()  # again, for a way out before the controller ran
 
 
-def _assemble(exp: experiment_lib.Experiment, model_dir: str,
-              trainer: trainer_lib.Trainer) -> controller_lib.Controller:
+def assemble(exp: experiment_lib.Experiment, model_dir: str,
+             trainer: trainer_lib.Trainer) -> controller_lib.Controller:
+    """The controller of `trainer` on `exp` in `model_dir`, its parts made (the newest
+    checkpoint restored); running it trains."""
     cfg = exp.settings.train
     multi_worker = isinstance(exp.strategy, tf.distribute.MultiWorkerMirroredStrategy)
     if multi_worker and cfg.max_minutes:

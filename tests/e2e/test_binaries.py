@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import clusters
-from clusters import run_binary  # waits while the run prints, not up to a fixed timeout
-from conftest import PYTHON, REPO
+from tests.helpers import clusters
+from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
+from tests.helpers.repo import PYTHON, REPO
 
 pytestmark = pytest.mark.slow
 

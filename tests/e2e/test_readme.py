@@ -1,12 +1,12 @@
 """The README, executed: its commands run as a newcomer types them, relative folders and all.
 
 The quick start's lines are read from README.md itself (so the two cannot drift apart)
-and run one by one with bash from the root of a scratch checkout (tests/conftest.py's
+and run one by one with bash from the root of a scratch checkout (tests/helpers/repo.py's
 `scratch_checkout`), so `runs/default` is a relative folder as it is for a user. Only
 sizes change, for time; `SHORTER` lists every change. The other binaries that read a run
-folder get relative folders in their own tests (conftest.relative: the evaluation sidecar
-and the quality benchmark in tests/test_evaluator.py, the local launcher in
-tests/clusters.py, sweeps in tests/test_sweep.py).
+folder get relative folders in their own tests (repo.relative: the evaluation sidecar
+and the quality benchmark in tests/eval/test_evaluator.py, the local launcher in
+tests/helpers/clusters.py, sweeps in tests/train/test_sweep.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO, scratch_checkout
+from tests.helpers.repo import REPO, scratch_checkout
 
 pytestmark = pytest.mark.slow
 

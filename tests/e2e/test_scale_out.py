@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from clusters import Launch
-from conftest import run_binary
 from paragan_tf.distribute import launcher
+from tests.helpers.clusters import Launch
+from tests.helpers.repo import run_binary
 
 pytestmark = pytest.mark.slow
 

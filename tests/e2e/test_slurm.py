@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
-from slurm_cluster import local_cluster
+from tests.helpers.repo import REPO
+from tests.helpers.slurm_cluster import local_cluster
 
 
 @pytest.mark.slow

@@ -6,10 +6,10 @@ import logging
 
 import pytest
 
-from conftest import tensorboard
 from benchmarks import profile
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
+from tests.helpers.tensorboard_server import tensorboard
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
-"""The golden inputs of tests/test_inception.py: seeded numpy images, the same on every machine.
+"""The golden inputs of tests/eval/test_inception.py: seeded numpy images, the same everywhere.
 
-Used by tests/test_inception.py (ours, TensorFlow) and by make_inception_golden.py
+Used by tests/eval/test_inception.py (ours, TensorFlow) and by make_inception_golden.py
 (the reference, torch), so neither side stores the images; needs numpy only.
 
   feature_images()  8 images 299x299x3 uint8 for the feature check: smooth colour

@@ -1,0 +1,1 @@
+"""The tests: a folder per package of paragan_tf/ (and benchmarks/); tests/README.md."""

@@ -1,0 +1,79 @@
+"""The time_to_quality benchmark suite (benchmarks/time_to_quality.py) on tiny runs."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from paragan_tf.errors import ConfigError
+
+
+def test_two_configs_are_trained_scored_at_every_mark_and_compared(tmp_path, mnist_classifier):
+    from benchmarks import time_to_quality
+    # A second recipe, told apart by its operative config: the tiny model with G held still.
+    frozen = tmp_path / "tiny_frozen_g.gin"
+    frozen.write_text("include 'gin/tiny.gin'\nG/optimizer.learning_rate = 1e-12\n")
+    result = time_to_quality.time_to_quality(
+        configs=("gin/tiny.gin", str(frozen)), budget_minutes=5.0, mark_steps=2,
+        eval_samples=100, eval_real=100, fid_samples=100, work_dir=str(tmp_path / "runs"),
+        classifier_dir=mnist_classifier[0])
+    tiny, other = result["runs"]["tiny"], result["runs"]["tiny_frozen_g"]
+    for run in (tiny, other):
+        assert run["steps"] == 4 and [p["step"] for p in run["curve"]] == [2, 4]
+        # Images D saw: step x batch 8 x 2 D steps; seconds from the run's stats.jsonl.
+        assert [p["images"] for p in run["curve"]] == [32, 64]
+        assert 0 < run["curve"][0]["seconds"] < run["curve"][1]["seconds"]
+        assert all(np.isfinite(p["fcd"]) and 0 <= p["conditional_accuracy"] <= 1
+                   for p in run["curve"])
+        assert run["final_fid"]["step"] == 4 and np.isfinite(run["final_fid"]["fid"])
+        assert run["final_fid"]["protocol"].startswith("fid0.1k_")
+        assert os.path.exists(os.path.join(run["model_dir"], "eval", "metrics.json"))
+    # The Inception statistics are named by what they embed (dataset, resolution, images):
+    # one work folder serving Fashion-MNIST after mnist5k must not reuse mnist5k's.
+    assert os.listdir(tmp_path / "runs").count("inception_mnist5k_32px_100.npz") == 1
+    # The targets are the reference's last mark, which therefore reaches them there.
+    last = tiny["curve"][-1]
+    assert result["targets"]["fcd"] == last["fcd"]
+    assert result["targets"]["conditional_accuracy"] == last["conditional_accuracy"]
+    assert tiny["seconds_to_target"] <= last["seconds"]
+    assert set(tiny["seconds_to_fcd"]) == {"10", "5", "2", "1"}
+    assert result["summary"]["tiny"]["speedup"] == pytest.approx(1.0)
+    # A folder of finished runs (a sweep's) is scored run by run against given targets;
+    # their checkpoints were scored above already, so nothing is evaluated twice.
+    rescored = time_to_quality.time_to_quality(
+        runs=(str(tmp_path / "runs"),), fcd_target=1e9, accuracy_target=0.0, fid_samples=0,
+        eval_samples=100, eval_real=100, work_dir=str(tmp_path / "runs"),
+        classifier_dir=mnist_classifier[0])
+    assert set(rescored["runs"]) == {"tiny", "tiny_frozen_g"} and not rescored["summary"]
+    assert rescored["runs"]["tiny"]["curve"] == tiny["curve"]
+    assert rescored["runs"]["tiny"]["seconds_to_target"] == tiny["curve"][0]["seconds"]
+    # Both configs trained what they name.
+    operative = open(os.path.join(other["model_dir"], "operative_config.gin")).read()
+    assert "learning_rate = 1e-12" in operative and "max_minutes = 5.0" in operative
+
+
+def test_seconds_to_a_target_is_the_first_mark_meeting_both_thresholds():
+    from benchmarks import time_to_quality
+    curve = [dict(seconds=10.0, fcd=5.0, conditional_accuracy=0.9),
+             dict(seconds=20.0, fcd=2.0, conditional_accuracy=0.5),
+             dict(seconds=30.0, fcd=2.5, conditional_accuracy=0.95)]
+    assert time_to_quality.seconds_to(curve, fcd=3.0, accuracy=0.9) == 30.0
+    assert time_to_quality.seconds_to(curve, fcd=5.0, accuracy=0.5) == 10.0
+    assert time_to_quality.seconds_to(curve, fcd=1.0, accuracy=0.5) is None
+
+
+def test_bad_requests_are_refused_by_name(tmp_path):
+    from benchmarks import time_to_quality
+    with pytest.raises(ConfigError, match="share a file name"):
+        time_to_quality.time_to_quality(configs=("gin/tiny.gin", "other/tiny.gin"),
+                                        work_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="needs --fcd_target and --accuracy_target"):
+        time_to_quality.time_to_quality(runs=("runs/x",), work_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="they train different data: gin/tiny.gin 'mnist5k' "
+                       "at 32 px, gin/fashion_mnist64.gin 'fashion_mnist' at 64 px"):
+        time_to_quality.time_to_quality(configs=("gin/tiny.gin", "gin/fashion_mnist64.gin"),
+                                        work_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match=r"no such config \['gin/nope.gin'\]"):
+        time_to_quality.time_to_quality(configs=("gin/nope.gin",), work_dir=str(tmp_path))

@@ -1,0 +1,1 @@
+"""Tests of paragan_tf/objective/: test_<module>.py for each of its modules."""

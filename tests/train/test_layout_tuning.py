@@ -1,0 +1,213 @@
+"""The layout measured on the machine: candidates per hardware and pins, the choice from
+injected timings, the cache and its key, and one real tuning run of bin/train.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import types
+
+import pytest
+
+from paragan_tf import layout as layout_lib
+from paragan_tf import layout_env
+from paragan_tf.train import experiment
+from paragan_tf.train import layout_candidates
+from paragan_tf.train import layout_tuning
+from tests.helpers.clusters import run_while_progressing
+from tests.helpers.repo import PYTHON, REPO, relative
+
+Candidate = layout_candidates.Candidate
+CPU_AVX2 = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "fma"}),
+                               cpu_model="AMD EPYC (family 25 model 1)", cores=2)
+CPU_AVX512_BF16 = layout_lib.Hardware("cpu", frozenset({"avx2", "avx512f", "avx512_bf16",
+                                                        "avx512_vnni"}),
+                                      cpu_model="AMD EPYC (family 25 model 17)", cores=2)
+CPU_AMX = layout_lib.Hardware("cpu", frozenset({"avx512f", "avx512_bf16", "amx_bf16",
+                                                "amx_tile"}), cpu_model="Xeon", cores=2)
+GPU_VOLTA = layout_lib.Hardware("gpu", frozenset({"avx2"}), (7, 0), cores=8)
+GPU_AMPERE = layout_lib.Hardware("gpu", frozenset({"avx2"}), (8, 0), cores=8)
+TPU = layout_lib.Hardware("tpu", cores=96)
+
+
+def _strategy(kind="one_device", intra=0, inter=0):
+    """What candidates() reads of a StrategyConfig."""
+    return types.SimpleNamespace(kind=kind, intra_op_threads=intra, inter_op_threads=inter)
+
+
+@pytest.fixture
+def no_env_pins(monkeypatch):
+    for name in (layout_lib.ONEDNN_ENV,) + layout_lib.THREAD_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize("hardware,onednns,xlas", [
+    (CPU_AVX2, [False, True], [False, True]),  # TensorFlow's default (off here) first
+    (CPU_AVX512_BF16, [True, False], [False, True]),
+    (CPU_AMX, [True, False], [False, True]),
+    (GPU_VOLTA, [None], [False, True]),
+    (GPU_AMPERE, [None], [False, True]),
+])
+def test_first_stage_is_xla_by_onednn(no_env_pins, hardware, onednns, xlas):
+    stage, notes = layout_candidates.candidates(hardware, {}, _strategy(), "float32")
+    assert [(c.onednn, c.xla) for c in stage] == [(o, x) for o in onednns for x in xlas]
+    assert all(c.intra_op_threads == 0 == c.inter_op_threads for c in stage)
+    assert ("oneDNN not tried" in " ".join(notes)) == (onednns == [None])
+
+
+def test_pinned_and_impossible_candidates_are_not_tried_and_the_notes_say_why(
+        no_env_pins, monkeypatch):
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {"xla": "off"}, _strategy(), "float32")
+    assert [c.xla for c in stage] == [False, False] and "XLA pinned off" in notes[0]
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {}, _strategy("mirrored"), "float32")
+    assert not any(c.xla for c in stage) and "does not support XLA" in notes[0]
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {"onednn": "on"}, _strategy(),
+                                                "float32")
+    assert {c.onednn for c in stage} == {True} and "layout.onednn" in notes[0]
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {}, _strategy(intra=1), "float32")
+    assert {c.intra_op_threads for c in stage} == {1} and "strategy" in notes[-1]
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # the user's: a pin
+    stage, notes = layout_candidates.candidates(CPU_AVX2, {}, _strategy(), "float32")
+    assert {c.onednn for c in stage} == {False} and "TF_ENABLE_ONEDNN_OPTS=0" in notes[0]
+
+
+def test_second_stage_tries_threads_and_float32_against_the_winner():
+    winner = Candidate(True, True, 0, 0, "mixed_bfloat16")
+    stage, _ = layout_candidates.second_stage(winner, CPU_AVX512_BF16, {}, "mixed_bfloat16")
+    assert stage == [winner, Candidate(True, True, 2, 1, "mixed_bfloat16"),
+                     Candidate(True, True, 0, 0, "float32")]
+    # A pinned precision is not second-guessed; float32 by the rule has no variant.
+    stage, _ = layout_candidates.second_stage(winner, CPU_AVX512_BF16,
+                                              {"precision": "mixed_bfloat16"}, "mixed_bfloat16")
+    assert all(c.precision == "mixed_bfloat16" for c in stage)
+    one_core = layout_lib.Hardware("cpu", frozenset({"avx2"}), cores=1)
+    stage, notes = layout_candidates.second_stage(Candidate(False, False, 0, 0, "float32"),
+                                                  one_core, {}, "float32")
+    assert len(stage) == 1 and "one core" in notes[0]
+
+
+def _fake_measure(seconds_of, calls):
+    """A measure() that times nothing: seconds per step from `seconds_of(candidate)`."""
+    def measure(stage, config_file, rounds, deadline, progress):
+        assert os.path.exists(config_file)  # the children would parse it
+        calls.append(list(stage))
+        return [dict(candidate=dataclasses.asdict(c), name=c.name,
+                     seconds_per_step=seconds_of(c), rounds=[seconds_of(c)] * rounds,
+                     steps_per_timing=5, startup_seconds=1.0, error=None) for c in stage]
+    return measure
+
+
+def _seconds(candidate: Candidate) -> float:
+    """Injected timings of an AVX2 CPU like the issue's: oneDNN and XLA each ~2.3x, not
+    both; one inter-op thread 5 % faster; bfloat16 emulated, slower than float32."""
+    base = 2.1
+    if candidate.onednn != candidate.xla:
+        base = 0.91 if candidate.onednn else 0.92
+    elif candidate.onednn and candidate.xla:
+        base = 1.19
+    if candidate.inter_op_threads == 1:
+        base *= 0.95
+    return base * (1.6 if candidate.precision == "mixed_bfloat16" else 1.0)
+
+
+def test_tune_picks_the_fastest_of_both_stages(no_env_pins, monkeypatch, tiny_gin):
+    tiny_gin("layout.xla = 'auto'")
+    calls = []
+    monkeypatch.setattr(layout_tuning, "measure", _fake_measure(_seconds, calls))
+    settings = experiment.Settings.read()
+    winner, record = layout_tuning.tune(settings, CPU_AVX512_BF16, {}, "mixed_bfloat16", 90.0,
+                                        progress=lambda m: None)
+    assert len(calls) == 2 and len(calls[0]) == 4
+    # oneDNN alone wins stage one; one inter-op thread and float32 (bf16 timed slower) win.
+    assert calls[1][0] == Candidate(False, True, 0, 0, "mixed_bfloat16")
+    assert winner in (Candidate(False, True, 2, 1, "mixed_bfloat16"),
+                      Candidate(False, True, 0, 0, "float32"))
+    assert len(record["stages"]) == 2
+
+
+def test_settle_measures_once_then_uses_the_cache_keyed_by_step_and_machine(
+        no_env_pins, monkeypatch, tiny_gin, tmp_path):
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "layouts.json"))
+    monkeypatch.delenv(layout_tuning.TUNE_ENV, raising=False)
+    monkeypatch.setattr(layout_lib, "detect", lambda strategy=None: CPU_AVX2)
+    calls, lines = [], []
+    monkeypatch.setattr(layout_tuning, "measure", _fake_measure(_seconds, calls))
+    tiny_gin("layout.xla = 'auto'", "layout.precision = 'auto'")
+    settings = experiment.Settings.read()
+    first = layout_tuning.settle(settings, progress=lines.append)
+    assert first.source == "measured" and (first.xla, first.onednn) == (False, True)
+    assert (first.intra_op_threads, first.inter_op_threads) == (2, 1)
+    assert len(calls) == 2 and any("layout tuning chose" in line for line in lines)
+    cache = json.load(open(tmp_path / "layouts.json"))
+    (entry,) = cache.values()  # readable: the machine, TensorFlow, the step, the choice
+    assert entry["hardware"]["cpu_model"] == "AMD EPYC (family 25 model 1)"
+    assert entry["step"]["batch_size"] == 8 and entry["tensorflow"]
+    assert entry["choice"]["onednn"] is True
+    again = layout_tuning.settle(settings, progress=lines.append)
+    assert again.source == "cache" and len(calls) == 2  # nothing measured the second time
+    assert (again.xla, again.onednn, again.inter_op_threads) == (False, True, 1)
+    # The restart wants what the process lacks.
+    env = layout_tuning.restart_environment(settings, again)
+    assert env.get("TF_NUM_INTEROP_THREADS") == "1"
+    # Another step shape is another key: measured anew.
+    tiny_gin("layout.xla = 'auto'", "train.batch_size = 16")
+    layout_tuning.settle(experiment.Settings.read(), progress=lines.append)
+    assert len(calls) == 4 and len(json.load(open(tmp_path / "layouts.json"))) == 2
+    # 'again' re-measures; 'off' and a dry run never measure.
+    tiny_gin("layout.xla = 'auto'", "layout.tune = 'again'")
+    layout_tuning.settle(experiment.Settings.read(), progress=lines.append)
+    assert len(calls) == 6
+    tiny_gin("layout.xla = 'auto'", "train.batch_size = 4", "layout.tune = 'off'")
+    assert layout_tuning.settle(experiment.Settings.read(), progress=lines.append) is None
+    tiny_gin("layout.xla = 'auto'", "train.batch_size = 4")
+    assert layout_tuning.settle(experiment.Settings.read(), allow_measuring=False,
+                                progress=lines.append) is None
+    assert "a dry run measures nothing" in lines[-1] and len(calls) == 6
+    # Multi-worker jobs never measure (each worker would alone), nor detect anything.
+    monkeypatch.setattr(layout_lib, "detect", None)
+    tiny_gin("layout.xla = 'auto'", "train.batch_size = 4",
+             "strategy.kind = 'multi_worker_mirrored'")
+    assert layout_tuning.settle(experiment.Settings.read(), progress=lines.append) is None
+    assert "multi-process job" in lines[-1]
+
+
+@pytest.mark.slow
+def test_train_tunes_in_child_processes_restarts_and_then_reads_the_cache(tmp_path):
+    """The real thing on gin/tiny.gin (XLA and precision pinned by it, oneDNN pinned here
+    to the opposite of TensorFlow's default for this CPU): TensorFlow's thread counts
+    against one inter-op thread, timed in child processes, the choice cached, bin/train.py
+    restarted for the pinned oneDNN, and a second run reading the cache."""
+    default = layout_env.onednn_default(layout_lib.detect())
+    assert default is not None, "this test needs an x86 CPU (oneDNN's switch)"
+    pinned = "off" if default else "on"
+    cache = tmp_path / "layouts.json"
+    # As a user's shell has it: no oneDNN setting (the suite's conftest sets one), tuning on.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TF_ENABLE_ONEDNN_OPTS", layout_tuning.TUNE_ENV)}
+    env.update(PARAGAN_TF_LAYOUT_CACHE=str(cache), PYTHONUNBUFFERED="1")
+
+    def train(*args):
+        return run_while_progressing([PYTHON, "bin/train.py", "--gin_file=gin/tiny.gin",
+                                      f"--model_dir={relative(tmp_path / 'run')}",
+                                      f"--gin_bindings=layout.onednn='{pinned}'", *args],
+                                     env=env)
+
+    first = train("--gin_bindings=train.total_steps=2")
+    log = first.stderr
+    assert first.returncode == 0, log[-3000:]
+    timed = re.findall(r"layout candidate (\S+): ([\d.]+) s/step", log)
+    assert sorted(name.split(",")[2] for name, _ in timed) == [
+        f"threads={layout_lib.usable_cores()}/1", "threads=default/default"], log[-3000:]
+    assert all(float(seconds) > 0 for _, seconds in timed)
+    assert f"restarting with TF_ENABLE_ONEDNN_OPTS={int(pinned == 'on')}" in log, log[-3000:]
+    (entry,) = json.load(open(cache)).values()
+    assert entry["choice"]["onednn"] is (pinned == "on") and entry["train_step_flops"] > 0
+    threads = (f"{layout_lib.usable_cores()}/1" if entry["choice"]["inter_op_threads"] == 1
+               else "default/default")
+    assert re.search(rf"layout: float32, XLA off, oneDNN {pinned}, threads {threads}", log)
+    second = train("--gin_bindings=train.total_steps=4")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "from the cache" in second.stderr and "layout candidate" not in second.stderr
+    assert os.path.exists(os.path.join(REPO, relative(tmp_path / "run"), "ckpt-4.index"))
