@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from paragan_tf.errors import Interrupted
 from paragan_tf.train import preemption
 
 
@@ -28,7 +29,7 @@ def test_a_signal_sets_the_flag_and_the_handlers_before_come_back():
         signal.raise_signal(signal.SIGINT)
         assert flag.signum == signal.SIGINT
     assert _handlers() == before
-    assert str(preemption.Interrupted(signal.SIGTERM, 7)) == (
+    assert str(Interrupted(signal.SIGTERM, 7)) == (
         f"stopped by signal {int(signal.SIGTERM)} at step 7; checkpoint saved")
 
 
