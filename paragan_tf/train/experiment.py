@@ -6,9 +6,10 @@ object of a run (each a gin-configurable dataclass, checked as it is made),
 (whose constructors are configurable themselves), both optimizers and the step
 counter, all created inside `strategy.scope()`. An Experiment holds its settings
 once (`exp.settings`, with the input options as `build` resolved them); modules
-below train/ receive the plain objects they need, never an Experiment. The trainers, the sampler, the evaluator and the dry run
-all start here; `parse()` parses gin files after every configurable is
-registered (importing this module imports them all).
+below train/ receive the plain objects they need, never an Experiment. The
+trainers, the sampler, the evaluator and the dry run all start here; `parse()`
+parses gin files after every configurable is registered (importing this module
+imports them all).
 """
 
 from __future__ import annotations

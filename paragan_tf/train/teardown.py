@@ -57,4 +57,9 @@ def exit_now(code: int) -> NoReturn:
             _BEFORE_EXIT.pop()()
         except Exception as e:  # pylint: disable=broad-except
             logging.error("while exiting: %s", e)  # the exit itself must still happen
+    for stream in (sys.stdout, sys.stderr):  # what they wrote (a drain may have closed one)
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     os._exit(code)  # pylint: disable=protected-access

@@ -4,7 +4,6 @@ handler or destructor run."""
 
 from __future__ import annotations
 
-import gc
 import os
 import subprocess
 import weakref
@@ -19,8 +18,7 @@ def test_parked_objects_outlive_their_owner():
     iterator = Iterator()
     alive = weakref.ref(iterator)
     teardown.park(iterator, None)
-    del iterator
-    gc.collect()
+    del iterator  # its last reference but the parked one: CPython frees it here otherwise
     try:
         assert alive() is not None and None not in teardown.PARKED
     finally:
@@ -29,17 +27,21 @@ def test_parked_objects_outlive_their_owner():
 
 def test_exit_now_flushes_what_was_written_and_runs_no_exit_handler():
     # Standard output to a pipe is block-buffered (PYTHONUNBUFFERED left out): only a flush
-    # gets "written" out before os._exit, which runs no atexit handler.
-    code = ("import atexit, sys\n"
+    # gets "written" out before os._exit, which runs no atexit handler. The before-exit
+    # work runs, also when a thread other than the main one exits (the watchdog's case).
+    code = ("import atexit, sys, threading\n"
             "from paragan_tf.train import teardown\n"
             "atexit.register(lambda: print('an exit handler ran'))\n"
+            "teardown.before_exit(lambda: print(' the lock released', end='', file=sys.stderr))\n"
             "print('written', end='')\n"
             "sys.stderr.write('and to stderr')\n"
-            "teardown.exit_now(7)\n"
+            "exiting = threading.Thread(target=teardown.exit_now, args=(7,))\n"
+            "exiting.start()\n"
+            "exiting.join()\n"
             "print('after exit_now')\n")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     proc = subprocess.run([PYTHON, "-c", code], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 7, proc.stderr[-2000:]
     assert proc.stdout == "written"
-    assert proc.stderr.endswith("and to stderr")
+    assert proc.stderr.endswith("and to stderr the lock released")
