@@ -28,7 +28,12 @@ class TrainConfig:
         effective batch is batch_size * accumulation.
       clip_norm: clip each network's global gradient norm to this; 0 disables.
       ortho_reg: strength of BigGAN's orthogonal regularisation of G; 0 disables.
-      ema_decay: decay of the EMA generator.
+      ema_decay: decay of the EMA generator per G update.
+      ema_half_life_images: instead of ema_decay, the EMA generator's half-life in
+        images G trains on (train.ema_decay then left unset): batch-independent, as
+        StyleGAN2-ADA's ema_kimg x 1000 (train/ema.py); 0: use ema_decay.
+      ema_rampup: with ema_half_life_images, the half-life is at most this fraction of
+        the images G has trained on so far (StyleGAN2-ADA: 0.05); 0: no ramp-up.
       ema_start_step: before this step the EMA generator equals G.
       log_every: steps between progress lines and scalar summaries.
       checkpoint_every: steps between checkpoints (one is always written at the end).
@@ -65,6 +70,8 @@ class TrainConfig:
     clip_norm: float = 0.0
     ortho_reg: float = 0.0
     ema_decay: float = 0.999
+    ema_half_life_images: float = 0.0
+    ema_rampup: float = 0.0
     ema_start_step: int = 0
     log_every: int = 50
     checkpoint_every: int = 500
@@ -87,6 +94,17 @@ class TrainConfig:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be positive")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"train.ema_decay={self.ema_decay} must be in [0, 1)")
+        if self.ema_half_life_images < 0 or not 0.0 <= self.ema_rampup <= 1.0:
+            raise ConfigError(f"train.ema_half_life_images={self.ema_half_life_images} must "
+                              f"be >= 0 and train.ema_rampup={self.ema_rampup} in [0, 1]")
+        default_decay = TrainConfig.__dataclass_fields__["ema_decay"].default
+        if self.ema_half_life_images and self.ema_decay != default_decay:
+            raise ConfigError(f"train.ema_half_life_images={self.ema_half_life_images} and "
+                              f"train.ema_decay={self.ema_decay} both set the EMA's decay; "
+                              f"leave train.ema_decay unset")
+        if self.ema_rampup and not self.ema_half_life_images:
+            raise ConfigError(f"train.ema_rampup={self.ema_rampup} needs "
+                              f"train.ema_half_life_images (it ramps the half-life up)")
         if self.resume_input not in ("replay", "reshuffle"):
             raise ConfigError(f"train.resume_input={self.resume_input!r} must be 'replay' or "
                               f"'reshuffle'")
@@ -94,6 +112,11 @@ class TrainConfig:
                 or self.max_minutes < 0):
             raise ConfigError("train.clip_norm, train.ortho_reg, train.profile_steps and "
                               "train.max_minutes must be >= 0")
+
+    @property
+    def g_images_per_update(self) -> int:
+        """Images G trains on per update, over all replicas (its micro-batches)."""
+        return self.batch_size * self.accumulation
 
     @property
     def real_images_per_step(self) -> int:

@@ -196,7 +196,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                    if augment_settings.ada_target is not None else
                    augment_lib.DiffAugment(augment_settings.transforms)
                    if augment_settings.transforms else None)
-    ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay, config.ema_start_step)
+    ema = ema_lib.GeneratorEMA(generator, generator_ema, config.ema_decay,
+                               config.ema_start_step, config.ema_half_life_images,
+                               config.g_images_per_update, config.ema_rampup)
     ema.copy()
     bookkeeping = bookkeeping_lib.StepBookkeeping(step, health, ema,
                                                   config.max_consecutive_skips)

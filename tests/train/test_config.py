@@ -28,6 +28,20 @@ def test_train_settings_are_refused_by_name_when_made():
     config.TrainConfig(total_steps=10, ema_decay=0.0, clip_norm=0.0, max_minutes=0.5)
 
 
+def test_the_ema_is_set_by_a_decay_or_a_half_life_never_both():
+    with pytest.raises(ConfigError, match=r"train.ema_half_life_images=10000.0 and "
+                                          r"train.ema_decay=0.99 both set"):
+        config.TrainConfig(total_steps=10, ema_decay=0.99, ema_half_life_images=10000.0)
+    with pytest.raises(ConfigError, match=r"train.ema_rampup=0.05 needs "
+                                          r"train.ema_half_life_images"):
+        config.TrainConfig(total_steps=10, ema_rampup=0.05)
+    with pytest.raises(ConfigError, match=r"train.ema_half_life_images=-1 must be >= 0"):
+        config.TrainConfig(total_steps=10, ema_half_life_images=-1)
+    cfg = config.TrainConfig(total_steps=10, batch_size=32, accumulation=2,
+                             ema_half_life_images=10000.0, ema_rampup=0.05)
+    assert cfg.g_images_per_update == 64
+
+
 def test_a_step_reads_batch_x_d_steps_x_accumulation_and_splits_over_replicas():
     cfg = config.TrainConfig(total_steps=10, batch_size=12, d_steps=2, accumulation=3)
     assert cfg.real_images_per_step == 72
