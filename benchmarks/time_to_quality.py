@@ -48,6 +48,8 @@ from paragan_tf.train import run_files
 
 CONFIGS = ("benchmarks/recipes/mnist_default_v1.gin", "gin/mnist_default.gin")
 METRICS = ("fcd", "conditional_accuracy")
+# Each class's spread, where the evaluation has it (the recipe study's diversity columns).
+DIVERSITY = ("recall", "coverage", "intra_class_fcd")
 FCD_LADDER = (10.0, 5.0, 2.0, 1.0)  # seconds_to_fcd: coarser marks than the target, for short runs
 
 
@@ -126,7 +128,8 @@ def curve(model_dir: str, metrics: Sequence[str] = METRICS) -> List[dict]:
     with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
         evaluations = sorted(json.load(f)["evaluations"], key=lambda e: e["step"])
     return [dict(step=e["step"], seconds=seconds.get(e["step"]), images=e["step"] * per_step,
-                 protocol=e["protocol"], **{k: e[k] for k in metrics})
+                 protocol=e["protocol"], **{k: e[k] for k in metrics},
+                 **{k: e[k] for k in DIVERSITY if k in e})
             for e in evaluations if e["step"] > 0]
 
 
