@@ -78,8 +78,8 @@ def _write_stats(path: str) -> None:
     experiment.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
                      ["eval.reference_stats = None"], finalize=False)
     path = model_dir_lib.resolve(path)
-    evaluator = evaluator_lib.Evaluator(experiment.eval_subject(experiment.build(check_data=False)),
-                                        os.path.dirname(path), write=False)
+    subject = experiment.eval_subject(experiment.build(check_data=False))
+    evaluator = evaluator_lib.Evaluator(subject, os.path.dirname(path), write=False)
     written = evaluator.write_stats(path)
     print(json.dumps(dict(path=written.path, sha1=written.sha1, **written.protocol)),
           flush=True)

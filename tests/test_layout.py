@@ -173,8 +173,9 @@ def test_bfloat16_step_is_finite_and_keeps_float32_state(tiny_gin, tmp_path):
 def _xla_compiled_calls(exp) -> int:
     """Function calls marked must-compile (XLA) in the training loop's traced graph."""
     fn = sync_trainer.make_loop_fn(exp, sync_trainer.make_gan_step(exp))
-    graph = fn.get_concrete_function(sync_trainer.real_batches(exp, 0), sync_trainer.noise_batches(exp, 0),
-                                     tf.constant(1, tf.int64)).graph.as_graph_def()
+    graph = fn.get_concrete_function(
+        sync_trainer.real_batches(exp, 0), sync_trainer.noise_batches(exp, 0),
+        tf.constant(1, tf.int64)).graph.as_graph_def()
     nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
     return sum(n.attr["_XlaMustCompile"].b for n in nodes)
 

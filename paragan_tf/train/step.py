@@ -3,10 +3,11 @@
 This is the function `strategy.run` executes on every replica, unchanged under
 OneDevice, Mirrored, MultiWorkerMirrored and TPU strategies. The NaN guard
 (train/nan_guard.py) all-reduces each update's gradients and applies the update
-only while the step is healthy; mixed_float16's dynamic loss scaling multiplies each loss by its network's
-scale before the tape's gradient and divides the gradients by it in float32
-(train/optimizers.py); R1/R2's input gradient is taken of D's scaled logits and
-divided back in float32, as StyleGAN's TensorFlow code does (see _gradient_penalties).
+only while the step is healthy; mixed_float16's dynamic loss scaling multiplies
+each loss by its network's scale before the tape's gradient and divides the
+gradients by it in float32 (train/optimizers.py); R1/R2's input gradient is taken
+of D's scaled logits and divided back in float32, as StyleGAN's TensorFlow code
+does (see _gradient_penalties).
 """
 
 from __future__ import annotations
