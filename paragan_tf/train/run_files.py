@@ -25,6 +25,8 @@ from typing import Dict, List, Optional
 
 import tensorflow as tf
 
+from paragan_tf import files
+
 FILE = "stats.jsonl"
 RESULT_FILE = "train_result.json"
 
@@ -50,8 +52,7 @@ class Stats:
     def write_json(self, name: str, value: Dict[str, object]) -> None:
         """`value` as `<model_dir>/<name>`, whole (a trainer's record beside a checkpoint)."""
         if self.write:
-            with tf.io.gfile.GFile(os.path.join(self.model_dir, name), "w") as f:
-                json.dump(value, f, indent=1)
+            files.write_whole(os.path.join(self.model_dir, name), json.dumps(value, indent=1))
 
     def append(self, kind: str, step: int, values: Dict[str, object]) -> None:
         if not self.write:
