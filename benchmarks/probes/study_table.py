@@ -2,7 +2,8 @@
 --suite=time_to_quality --runs=<sweep folder> --output=<file>): per run its steps, real
 images, training seconds, last mark's FCD, conditional accuracy and diversity (recall,
 coverage, intra-class FCD), the best FCD on its curve and the seconds to FCD 10, 5, 2 and
-to the target.
+to the target. A run is named by its sweep bindings, less those at an "off" value (0 or
+constant: `G.decay=constant,G.decay_steps=0` says nothing the other parts do not).
 
     python benchmarks/probes/study_table.py runs/bench/recipe2_ema.json "EMA"
 """
@@ -17,6 +18,15 @@ def _seconds(value) -> str:
     return "–" if value is None else f"{value:.0f}"
 
 
+OFF = ("0", "constant")
+
+
+def short_name(name: str) -> str:
+    """The run's name without its parts at an off value; the whole name if nothing is left."""
+    parts = [p for p in name.split(",") if p.rpartition("=")[2] not in OFF]
+    return ",".join(parts) or name
+
+
 def rows(result: dict, arm: str):
     for name, run in sorted(result["runs"].items()):
         last = run["curve"][-1]
@@ -24,7 +34,7 @@ def rows(result: dict, arm: str):
         ladder = run["seconds_to_fcd"]
         diversity = " / ".join(f"{last[k]:.3f}" if k in last else "–"
                                for k in ("recall", "coverage", "intra_class_fcd"))
-        yield (f"| {arm} | `{name}` | {last['step']} | {last['images']:,} | "
+        yield (f"| {arm} | `{short_name(name)}` | {last['step']} | {last['images']:,} | "
                f"{_seconds(last['seconds'])} | {last['fcd']:.2f} | "
                f"{last['conditional_accuracy']:.3f} | {diversity} | "
                f"{best['fcd']:.2f} at {best['step']} | {_seconds(ladder['10'])} | "
