@@ -72,7 +72,11 @@ def step_shape(settings, precision: str) -> Dict[str, object]:
                 generator_ch=_bound("Generator.ch", None),
                 discriminator_ch=_bound("Discriminator.ch", None),
                 dim_z=_bound("Generator.dim_z", None),
-                penalties=[settings.penalties.r1_gamma, settings.penalties.r2_gamma],
+                # Which input-gradient penalties run and how often, not their weights:
+                # a sweep over R1's strength is one step shape, tuned once.
+                penalties=dict(r1=settings.penalties.r1_gamma > 0,
+                               r2=settings.penalties.r2_gamma > 0,
+                               every=settings.penalties.lazy_interval),
                 augment=bool(settings.augment.transforms or settings.augment.ada_target))
 
 

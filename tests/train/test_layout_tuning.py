@@ -155,16 +155,25 @@ def test_settle_measures_once_then_uses_the_cache_keyed_by_step_and_machine(
     tiny_gin("layout.xla = 'auto'", "train.batch_size = 16")
     layout_tuning.settle(experiment.Settings.read(), progress=lines.append)
     assert len(calls) == 4 and len(json.load(open(tmp_path / "layouts.json"))) == 2
+    # A penalty's weight is not: R1 at another strength reads R1's entry; R1's interval is.
+    tiny_gin("layout.xla = 'auto'", "penalties.r1_gamma = 0.1")
+    layout_tuning.settle(experiment.Settings.read(), progress=lines.append)
+    tiny_gin("layout.xla = 'auto'", "penalties.r1_gamma = 1.0")
+    assert layout_tuning.settle(experiment.Settings.read(),
+                                progress=lines.append).source == "cache"
+    tiny_gin("layout.xla = 'auto'", "penalties.r1_gamma = 1.0", "penalties.lazy_interval = 16")
+    layout_tuning.settle(experiment.Settings.read(), progress=lines.append)
+    assert len(calls) == 8 and len(json.load(open(tmp_path / "layouts.json"))) == 4
     # 'again' re-measures; 'off' and a dry run never measure.
     tiny_gin("layout.xla = 'auto'", "layout.tune = 'again'")
     layout_tuning.settle(experiment.Settings.read(), progress=lines.append)
-    assert len(calls) == 6
+    assert len(calls) == 10
     tiny_gin("layout.xla = 'auto'", "train.batch_size = 4", "layout.tune = 'off'")
     assert layout_tuning.settle(experiment.Settings.read(), progress=lines.append) is None
     tiny_gin("layout.xla = 'auto'", "train.batch_size = 4")
     assert layout_tuning.settle(experiment.Settings.read(), allow_measuring=False,
                                 progress=lines.append) is None
-    assert "a dry run measures nothing" in lines[-1] and len(calls) == 6
+    assert "a dry run measures nothing" in lines[-1] and len(calls) == 10
     # Multi-worker jobs never measure (each worker would alone), nor detect anything.
     monkeypatch.setattr(layout_lib, "detect", None)
     tiny_gin("layout.xla = 'auto'", "train.batch_size = 4",
