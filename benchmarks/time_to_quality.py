@@ -127,10 +127,11 @@ def curve(model_dir: str, metrics: Sequence[str] = METRICS) -> List[dict]:
         per_step *= _operative_int(model_dir, f"train.{name}", default[name])
     with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
         evaluations = sorted(json.load(f)["evaluations"], key=lambda e: e["step"])
-    # The diversity metrics ride along when scored; a caller may also ask for them by name.
-    wanted = tuple(metrics) + tuple(k for k in DIVERSITY if k not in metrics)
+    # The asked-for metrics must be there; the diversity metrics ride along where scored
+    # (a caller may ask for one by name too: the merge keeps one of each).
     return [dict(step=e["step"], seconds=seconds.get(e["step"]), images=e["step"] * per_step,
-                 protocol=e["protocol"], **{k: e[k] for k in wanted if k in e or k in metrics})
+                 protocol=e["protocol"],
+                 **({k: e[k] for k in DIVERSITY if k in e} | {k: e[k] for k in metrics}))
             for e in evaluations if e["step"] > 0]
 
 
