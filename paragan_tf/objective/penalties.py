@@ -78,6 +78,9 @@ class Penalties:
             raise ConfigError(f"{', '.join(negative)}: a penalty weight must be >= 0")
         if self.lazy_interval < 1:
             raise ConfigError(f"penalties.lazy_interval={self.lazy_interval} must be >= 1")
+        if self.lazy_interval > 1 and not self.input_gradients:
+            raise ConfigError(f"penalties.lazy_interval={self.lazy_interval} spaces out R1 "
+                              f"and R2, but both are off (r1_gamma, r2_gamma = 0)")
         if not 0.0 <= self.lecam_decay < 1.0:
             raise ConfigError(f"penalties.lecam_decay={self.lecam_decay} must be in [0, 1)")
 

@@ -59,21 +59,24 @@ def scaled_learning_rate(base: float, rule: str, global_batch_size: int,
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up to `peak` over `warmup_steps`, then constant, linear or cosine decay.
 
-    Decay runs over `decay_steps` updates after the warm-up, down to
-    `final_fraction * peak`, and stays there.
+    Decay starts `hold_steps` updates after the warm-up (the fast first phase at the
+    peak) and runs over `decay_steps` updates, down to `final_fraction * peak`, and
+    stays there.
     """
 
     def __init__(self, peak: float, warmup_steps: int = 0, decay: str = "constant",
-                 decay_steps: int = 0, final_fraction: float = 0.0):
+                 decay_steps: int = 0, final_fraction: float = 0.0, hold_steps: int = 0):
         self.peak, self.warmup_steps, self.decay = peak, warmup_steps, decay
         self.decay_steps, self.final_fraction = decay_steps, final_fraction
+        self.hold_steps = hold_steps
 
     def __call__(self, step):
         step = tf.cast(step, tf.float32)
         warm = tf.minimum(1.0, (step + 1.0) / max(self.warmup_steps, 1))
         if self.decay == "constant":
             return self.peak * warm
-        progress = tf.clip_by_value((step - self.warmup_steps) / self.decay_steps, 0.0, 1.0)
+        start = self.warmup_steps + self.hold_steps
+        progress = tf.clip_by_value((step - start) / self.decay_steps, 0.0, 1.0)
         if self.decay == "linear":
             shape = 1.0 - progress
         else:
@@ -82,7 +85,8 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
     def get_config(self):
         return dict(peak=self.peak, warmup_steps=self.warmup_steps, decay=self.decay,
-                    decay_steps=self.decay_steps, final_fraction=self.final_fraction)
+                    decay_steps=self.decay_steps, final_fraction=self.final_fraction,
+                    hold_steps=self.hold_steps)
 
 
 @gin.configurable("optimizer")
@@ -91,7 +95,7 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                    beta_2: float = 0.999, epsilon: float = 1e-8, momentum: float = 0.0,
                    scaling_rule: str = "none", reference_batch_size: int = 0,
                    warmup_steps: int = 0, decay: str = "constant", decay_steps: int = 0,
-                   final_fraction: float = 0.0, initial_loss_scale: float = 2.0 ** 15,
+                   final_fraction: float = 0.0, hold_steps: int = 0, initial_loss_scale: float = 2.0 ** 15,
                    loss_scale_growth_steps: int = 2000) -> keras.optimizers.Optimizer:
     """One network's optimizer.
 
@@ -110,6 +114,8 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
       decay: constant, linear or cosine, after the warm-up.
       decay_steps: this network's updates the decay lasts (linear, cosine).
       final_fraction: the rate at the end of the decay, as a fraction of the peak.
+      hold_steps: this network's updates at the peak between the warm-up and the
+        decay (0: the decay starts right after the warm-up).
       initial_loss_scale, loss_scale_growth_steps: the dynamic loss scale's start and
         the finite updates in a row that double it (mixed_float16 only; tf_keras'
         LossScaleOptimizer's initial_scale and dynamic_growth_steps).
@@ -128,8 +134,14 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
         raise ConfigError(f"{where}.decay={decay!r}; choose one of {DECAYS}")
     if decay != "constant" and decay_steps <= 0:
         raise ConfigError(f"{where}.decay={decay!r} needs {where}.decay_steps > 0")
-    if warmup_steps < 0 or not 0.0 <= final_fraction <= 1.0:
-        raise ConfigError(f"{where}: warmup_steps must be >= 0, final_fraction in [0, 1]")
+    if warmup_steps < 0 or hold_steps < 0 or not 0.0 <= final_fraction <= 1.0:
+        raise ConfigError(f"{where}: warmup_steps and hold_steps must be >= 0, "
+                          f"final_fraction in [0, 1]")
+    shaping = {k: v for k, v in dict(decay_steps=decay_steps, final_fraction=final_fraction,
+                                     hold_steps=hold_steps).items() if v}
+    if shaping and decay == "constant":
+        raise ConfigError(f"{where}: {', '.join(f'{k}={v}' for k, v in shaping.items())} "
+                          f"shape a decay, but {where}.decay is 'constant'")
     if initial_loss_scale < 1 or loss_scale_growth_steps < 1:
         raise ConfigError(f"{where}: initial_loss_scale must be >= 1, "
                           f"loss_scale_growth_steps >= 1")
@@ -140,9 +152,11 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                  f" ({learning_rate:.3g} x {scaling_rule} rule: global batch {global_batch_size} "
                  f"vs {reference_batch_size})",
                  f", warm-up {warmup_steps} updates" if warmup_steps else "",
-                 "" if decay == "constant" else f", {decay} decay over {decay_steps} updates")
+                 "" if decay == "constant" else
+                 f", {decay} decay over {decay_steps} updates after {hold_steps} at the peak")
     rate = (peak if not warmup_steps and decay == "constant"
-            else WarmupDecay(peak, warmup_steps, decay, decay_steps, final_fraction))
+            else WarmupDecay(peak, warmup_steps, decay, decay_steps, final_fraction,
+                             hold_steps))
     # jit_compile=False: the update runs inside our own tf.function (compiled as a
     # whole when the layout asks for XLA), and XLA is not available under
     # MirroredStrategy on logical CPU devices.

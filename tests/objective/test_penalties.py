@@ -48,5 +48,7 @@ def test_penalty_settings_are_checked_by_name():
         penalties.Penalties(r1_gamma=-1)
     with pytest.raises(ConfigError, match=r"penalties.lazy_interval=0"):
         penalties.Penalties(lazy_interval=0)
+    with pytest.raises(ConfigError, match=r"lazy_interval=16 spaces out R1 and R2"):
+        penalties.Penalties(lazy_interval=16)
     with pytest.raises(ConfigError, match=r"penalties.lecam_decay=1.0"):
         penalties.Penalties(lecam_decay=1.0)

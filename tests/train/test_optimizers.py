@@ -37,6 +37,14 @@ def test_warmup_then_linear_and_cosine_decay():
     assert float(cosine(100)) == pytest.approx(0.0, abs=1e-6)
 
 
+def test_hold_at_the_peak_before_the_decay():
+    held = optimizers.WarmupDecay(1.0, warmup_steps=10, decay="cosine", decay_steps=100,
+                                  final_fraction=0.1, hold_steps=400)
+    assert float(held(9)) == pytest.approx(1.0) and float(held(410)) == pytest.approx(1.0)
+    assert float(held(460)) == pytest.approx(0.55)  # halfway down the cosine
+    assert float(held(510)) == pytest.approx(0.1) and float(held(2000)) == pytest.approx(0.1)
+
+
 def test_policy_file_gives_each_network_its_own_scaled_rate_and_schedule(tiny_gin):
     # compare_gan's rates (G 1e-4, D 5e-4 at batch 256, linear) at the tiny batch of 8.
     experiment.parse(["gin/tiny.gin", "gin/policies/compare_gan.gin"],
@@ -58,6 +66,8 @@ def test_policy_mistakes_are_config_errors(tiny_gin):
     for binding, match in [("G/optimizer.scaling_rule = 'linear'", "reference_batch_size"),
                            ("D/optimizer.scaling_rule = 'cubic'", "scaling_rule"),
                            ("D/optimizer.decay = 'cosine'", "decay_steps"),
+                           ("G/optimizer.hold_steps = 400", "hold_steps=400"),
+                           ("D/optimizer.final_fraction = 0.1", "final_fraction=0.1 shape"),
                            ("G/optimizer.name = 'lamb'", "G/optimizer.name")]:
         tiny_gin(binding)
         with pytest.raises(ConfigError, match=match):
