@@ -3,25 +3,33 @@
 Every other test checks mechanics; this one fails when training stops learning
 (real and fake swapped in a loss, a generator that never updates, a broken
 class embedding...). It trains gin/mnist_default.gin, the `make train` recipe
-as it is (its batch, learning rates, D steps, EMA), on 4,500 of the 5,000 mnist5k
-digits for its first 300 steps (a quarter of its 1,200, to keep CI short; the
-time-to-quality suite's run of that recipe scored 0.88 conditional accuracy there,
-docs/benchmarks.md) and checks:
+as it is (its batch, learning rates, D steps, EMA, lazy R1), on 4,500 of the
+5,000 mnist5k digits for its first 300 steps (of its 800, to keep CI short) and
+checks, each with a margin (the constants below):
 
 1. D separates held-out real digits (the other 500, never trained on) from
-   G's samples: its mean logit on them is higher than on fakes.
+   G's samples: its mean logit on them is above its mean on fakes by more than
+   GAP_STANDARD_ERRORS standard errors of that difference. In these units the
+   margin does not depend on the scale of the logits, and a D that tells nothing
+   apart stays under 2 nineteen times in twenty.
 2. The project's own classifier (eval/classifier.py, trained on mnist5k) labels
-   the EMA generator's class-conditional samples as the class they were asked
-   for far above chance (0.10).
+   G's class-conditional samples as the class they were asked for far above
+   chance (0.10): more than MIN_ACCURACY. G itself, not the EMA generator that
+   evaluations score: the default's EMA has a half-life of 10,000 images and at
+   step 300 (9,600 images) still holds much of the untrained G (its conditional
+   accuracy there was 0.22 in the recipe study, docs/benchmarks.md).
 
-Both broken variants named in the issue fail it (see the thresholds' comments):
-D's real and fake logits swapped in step.py, and G's learning rate at 0.
+The broken variants of benchmarks/probes/learning_gate_breaks.py fail it; their
+values, and how they and the default's run set the margins, are in the comment above
+the two constants.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
-import tensorflow as tf
 
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
@@ -29,6 +37,21 @@ from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.generate import sampling
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
+
+# Margins, from the default's run and the broken variants (AMD EPYC Zen 4, 2 cores, auto
+# layout = bfloat16, 2026-11-27, 300 steps; each `LEARNING_GATE_BREAK=<variant> python -m
+# pytest -p benchmarks.probes.learning_gate_breaks tests/e2e/test_learning_gate.py -s`):
+#   run            D logit real / fake   gap in standard errors   G's conditional accuracy
+#   the default       0.309 /  0.143              5.6                     0.990
+#   swap_logits      -2.754 /  5.151            -79.2                 (not reached)
+#   freeze_g          1.609 / -5.843             98.0                     0.102
+#   freeze_d         -5.433 /  8.196            -15.7                 (not reached)
+# The gap's margin is set by noise, not by the variants (they miss it by far): a D that
+# tells nothing apart is under 2 standard errors 95 % of the time and under 3 99.7 %;
+# the default clears 3 by 2.6. The accuracy's margin sits between chance (0.10, the frozen
+# G) and the default's 0.990, leaving 0.19 for another machine's numerics.
+GAP_STANDARD_ERRORS = 3.0
+MIN_ACCURACY = 0.8
 
 
 @pytest.mark.slow
@@ -52,20 +75,20 @@ def test_the_default_experiment_learns_class_conditional_digits(tmp_path, mnist_
     held_out = source.make("train[4500:]").map(
         lambda image, label: (pipeline.fit_image(image, 32, data.fit), label)).batch(500)
     images, labels = next(iter(held_out))
-    real = float(tf.reduce_mean(exp.discriminator((images, labels), training=False)))
+    real = exp.discriminator((images, labels), training=False).numpy().ravel()
     z = sampling.latents(len(labels), exp.generator.dim_z, seed=1)
     fakes = exp.generator((z, labels), training=True)
-    fake = float(tf.reduce_mean(exp.discriminator((fakes, labels), training=False)))
-    # Measured here (AMD EPYC Zen 4, 2 cores, auto = bf16 layout, 2026-11-26, 300 steps):
-    # real 0.261 vs fake 0.153. With real and fake swapped in step.py's D loss: real -10.8
-    # vs fake 18.8 (fails here).
-    print(f"learning gate: D logit on held-out real {real:.3f}, on fake {fake:.3f}")
-    assert real > fake, (real, fake)
+    fake = exp.discriminator((fakes, labels), training=False).numpy().ravel()
+    gap = float(real.mean() - fake.mean())
+    # The gap in standard errors, whatever the logits' scale (see the margins above).
+    z_score = gap / float(np.sqrt(real.var() / len(real) + fake.var() / len(fake)))
+    print(f"learning gate: D logit on held-out real {real.mean():.3f}, on fake "
+          f"{fake.mean():.3f}: gap {gap:.3f}, {z_score:.1f} standard errors")
+    assert z_score > GAP_STANDARD_ERRORS, (real.mean(), fake.mean(), z_score)
 
-    # 2. The EMA generator draws the class it is asked for.
-    evaluator = evaluator_lib.Evaluator(experiment.eval_subject(exp), str(tmp_path / "eval"))
+    # 2. G draws the class it is asked for (G itself: see the module doc).
+    subject = dataclasses.replace(experiment.eval_subject(exp), generator_ema=exp.generator)
+    evaluator = evaluator_lib.Evaluator(subject, str(tmp_path / "eval"))
     accuracy = evaluator.evaluate(steps)["conditional_accuracy"]
-    # Measured here: 0.874; with G's learning rate set to 0 after building: 0.102 (chance,
-    # fails here; D still separates, 3.70 vs -3.90). 0.5 leaves margin for another machine.
     print(f"learning gate: conditional accuracy {accuracy:.3f}")
-    assert accuracy > 0.5, accuracy
+    assert accuracy > MIN_ACCURACY, accuracy
