@@ -27,8 +27,8 @@ pytestmark = pytest.mark.slow
 
 README = os.path.join(REPO, "README.md")
 # The only changes to the README's lines: the tiny model (gin/tiny.gin: 4 steps, a
-# checkpoint every 2) instead of the default's 1,200 steps, and smaller evaluations.
-SHORTER = [("train.total_steps=1250", "train.total_steps=6"),
+# checkpoint every 2) instead of the default's 800 steps, and smaller evaluations.
+SHORTER = [("train.total_steps=850", "train.total_steps=6"),
            ("--output=runs/clf_mnist", "--output=runs/clf_mnist --epochs=1"),
            ("eval.classifier_path='runs/clf_mnist'\"",
             "eval.classifier_path='runs/clf_mnist'\" --gin_bindings=eval.num_samples=500")]
