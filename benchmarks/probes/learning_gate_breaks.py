@@ -9,7 +9,7 @@ values it checks):
   step.py had them swapped (G's loss is left as it is);
 - `freeze_g`: G's learning rate set to 0 after building: G never learns;
 - `freeze_d`: D's learning rate set to 0: a D that learns nothing, which a check
-  without a margin passes about half the time.
+  without a margin can pass by chance.
 Unset, the plugin changes nothing. The margins these values set are in the gate's
 own comments.
 """

@@ -95,7 +95,8 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                    beta_2: float = 0.999, epsilon: float = 1e-8, momentum: float = 0.0,
                    scaling_rule: str = "none", reference_batch_size: int = 0,
                    warmup_steps: int = 0, decay: str = "constant", decay_steps: int = 0,
-                   final_fraction: float = 0.0, hold_steps: int = 0, initial_loss_scale: float = 2.0 ** 15,
+                   final_fraction: float = 0.0, hold_steps: int = 0,
+                   initial_loss_scale: float = 2.0 ** 15,
                    loss_scale_growth_steps: int = 2000) -> keras.optimizers.Optimizer:
     """One network's optimizer.
 
