@@ -1,7 +1,7 @@
 """The learning gate's negative controls: training broken on purpose, as a pytest plugin.
 
-    LEARNING_GATE_BREAK=<variant> .venv/bin/python -m pytest -p benchmarks.probes.learning_gate_breaks \
-        tests/e2e/test_learning_gate.py -s
+    LEARNING_GATE_BREAK=<variant> .venv/bin/python -m pytest \
+        -p benchmarks.probes.learning_gate_breaks tests/e2e/test_learning_gate.py -s
 
 Variants (the gate, tests/e2e/test_learning_gate.py, must fail on each; it prints the
 values it checks):
