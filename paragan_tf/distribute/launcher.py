@@ -46,7 +46,9 @@ class LaunchConfig:
     grace_secs: float = 60.0
     # > 0: training task i runs on cores [i * n, (i + 1) * n) of this process's cores
     # (sched_setaffinity): what a benchmark of "one worker = one core" needs, since
-    # threads alone do not keep a lone task off the idle cores. 0: no pinning.
+    # threads alone do not keep a lone task off the idle cores, nor a paused task's
+    # core from the others. Parameter servers and the chief (the coordinator) are not
+    # pinned: they run on whichever core is free. 0: no pinning.
     cores_per_task: int = 0
 
     @property
@@ -64,10 +66,9 @@ class LaunchConfig:
         if self.num_workers < 1 or self.num_ps < 0 or self.num_groups < 1:
             raise ValueError("num_workers and num_groups must be >= 1, num_ps >= 0")
         compute, cores = self.compute_tasks, len(os.sched_getaffinity(0))
-        if self.cores_per_task and (self.num_ps or compute * self.cores_per_task > cores):
+        if self.cores_per_task and compute * self.cores_per_task > cores:
             raise ValueError(f"cores_per_task={self.cores_per_task} needs that many cores per "
-                             f"training task and no parameter servers: {compute} tasks, "
-                             f"{self.num_ps} ps, {cores} cores")
+                             f"training task: {compute} tasks, {cores} cores")
 
 
 def free_port() -> int:

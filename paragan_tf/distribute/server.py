@@ -13,6 +13,7 @@ from paragan_tf.distribute import cluster
 from paragan_tf.distribute import strategy as strategy_lib
 
 SERVER_TASKS = ("worker", "ps")
+MIN_INTER_OP_THREADS = 4
 
 
 def serve_if_server_task(config: strategy_lib.StrategyConfig,
@@ -27,11 +28,14 @@ def serve_if_server_task(config: strategy_lib.StrategyConfig,
     task_type, index = cluster.task_of(resolver)
     if task_type not in SERVER_TASKS:
         return False
-    # Inter-op threads stay at the default: a server runs several remote functions
-    # at once (a closure blocks on reads from the parameter servers, the coordinator
-    # fetches results), and with one inter-op thread they deadlock.
+    # A server runs several remote functions at once (a closure blocks on reads from
+    # the parameter servers, the coordinator fetches results, a per-worker dataset is
+    # made by one function that runs another), and with one inter-op thread they
+    # deadlock. TensorFlow's default is one per core this process may run on: one, on a
+    # worker pinned to its core (launcher cores_per_task), which hung at the first closure.
     config = tf.compat.v1.ConfigProto(
-        intra_op_parallelism_threads=config.intra_op_threads)
+        intra_op_parallelism_threads=config.intra_op_threads,
+        inter_op_parallelism_threads=max(MIN_INTER_OP_THREADS, config.inter_op_threads))
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type, task_index=index,
                                   protocol=resolver.rpc_layer or "grpc", config=config,
                                   start=True)
