@@ -1,24 +1,31 @@
-"""Does asynchronous training learn as well as synchronous, and faster? (--suite=async_quality)
+"""ParaGAN's ablation on this machine: synchronous vs asynchronous training, plain vs
+asymmetric policy, with and without a straggler (--suite=async_quality).
 
-Every arm trains the quality experiment (gin/quality_fashion_mnist.gin:
-Fashion-MNIST at 32 px) on this machine for the same wall-clock budget, with two
-workers of one thread each, and its final EMA generator is then evaluated as the
-quality benchmark does (bin/eval.py with the Fashion-MNIST classifier: FCD and
-conditional accuracy):
+Every run is a real local cluster of two workers, each pinned to its own core with
+one intra-op thread (LaunchConfig.cores_per_task), so a slowed worker's lost time
+is lost, as on a cluster of machines. Arms, modes x policies:
 
   sync           MultiWorkerMirrored, global batch 2 x per_worker_batch
-  closures       1 parameter server, async_train.mode='closures', per_worker_batch a closure
+  closures       1 parameter server and a coordinator (the chief),
+                 async_train.mode='closures', per_worker_batch a closure
   sample_buffer  the same with async_train.mode='sample_buffer'
 
-each under `even` workers and under a `straggler` (worker:1 paused half the time,
-benchmarks/straggler.py). The budget runs from the arm's first progress record
-in its stats.jsonl (start-up and tracing left out: they differ between
-strategies and are not what is compared) until the launcher is asked to stop,
-on which the run checkpoints and stops: the checkpoint's step is what the arm
-trained. images/s is over the progress records after the first.
-closures_by_worker: the closures each worker task ran (parameter-server arms);
-under MultiWorkerMirrored every worker takes part in every step, so both carry
-the step count.
+  plain          the config's optimizers (gin/mnist_default.gin: one rate for G and D)
+  asymmetric     gin/policies/paragan_async.gin on top (ParaGAN's asymmetric G/D policy)
+
+Conditions: the straggler kinds of benchmarks/straggler.py (even, slow25/50/75,
+slow_input, restart), always on worker:1. The parameter server and the chief are
+not pinned: they run on whichever core is free, and their CPU seconds are recorded
+(`cpu_seconds` per task), which is what they cost the workers here.
+
+Every run trains for the same `budget_minutes` from its first progress record
+(start-up and tracing, which differ between strategies, are left out) and is then
+stopped (it checkpoints); repeats run interleaved (every arm and condition once,
+then again). images/s (real images through D updates) is over the progress records
+after the first, gaps of a relaunch included; the stopped run's EMA generator is
+then scored (bin/eval.py, the dataset's classifier: FCD and conditional accuracy),
+so quality is compared at equal training seconds. The summary has, per arm and
+condition, the median and the range over the repeats.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import statistics
 import threading
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from benchmarks import cluster
 from benchmarks import quality_runs
@@ -37,31 +45,72 @@ from paragan_tf.distribute import launcher
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import run_files
 
-CONFIG = "gin/quality_fashion_mnist.gin"
-ARMS = {"sync": [cluster.MWMS],
-        "closures": [cluster.PS, "async_train.mode='closures'"],
-        "sample_buffer": [cluster.PS, "async_train.mode='sample_buffer'"]}
-CONDITIONS = ("even", "straggler")
+CONFIG = "gin/mnist_default.gin"
+MODES = {"sync": [cluster.MWMS],
+         "closures": [cluster.PS, "async_train.mode='closures'"],
+         "sample_buffer": [cluster.PS, "async_train.mode='sample_buffer'"]}
+POLICIES = {"plain": [], "asymmetric": ["gin/policies/paragan_async.gin"]}
+ARMS = tuple(MODES)  # bin/bench.py --arms
+CONDITIONS = straggler_lib.CONDITIONS
 START_TIMEOUT = 600  # seconds to the first progress line
+# Periodic checkpoints every this many real images of D (the same training in every arm,
+# whatever its batch per update): what a relaunched synchronous job resumes from.
+CHECKPOINT_IMAGES = 9600  # ~1 minute of synchronous training here (~160 images/s)
+METRICS = ("images_per_sec", "g_updates_per_sec", "fcd", "conditional_accuracy")
 
 
-def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], straggler: bool,
-           budget_seconds: float, progress: Callable[[str], None]) -> None:
-    """Launches one arm; stops it `budget_seconds` after its first progress record (start-up
-    and tracing, which differ between strategies, are not in the budget)."""
+class CpuMeter(threading.Thread):
+    """CPU seconds (user + system) of every task's processes from now on, read from /proc
+    each second (a process started later, such as a restarted worker, counts whole)."""
+
+    def __init__(self, tasks: List[launcher.Task]):
+        super().__init__(daemon=True, name="cpu-meter")
+        self.tasks, self.seconds = tasks, {}  # {task: {pid: seconds}}
+        self.ticks = os.sysconf("SC_CLK_TCK")
+        self.done = threading.Event()
+        self.sample()
+        self.before = {pid: s for by_pid in self.seconds.values() for pid, s in by_pid.items()}
+
+    def sample(self) -> None:
+        for task in list(self.tasks):
+            pid = task.process.pid
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # exited: its last sample stands
+            self.seconds.setdefault(task.name, {})[pid] = (
+                int(fields[11]) + int(fields[12])) / self.ticks
+
+    def run(self):
+        while not self.done.wait(1.0):
+            self.sample()
+
+    def totals(self) -> Dict[str, float]:
+        return {name: round(sum(s - self.before.get(pid, 0.0) for pid, s in by_pid.items()), 1)
+                for name, by_pid in self.seconds.items()}
+
+
+def _launch(config: launcher.LaunchConfig, log, condition: str, stop: threading.Event,
+            started: List[launcher.Task], codes: List[int]) -> threading.Thread:
+    thread = threading.Thread(target=lambda: codes.append(launcher.launch(
+        config, stream=log, handle_signals=False, stop=stop,
+        on_started=straggler_lib.on_started(condition, started))))
+    thread.start()
+    return thread
+
+
+def _train(name: str, launch: launcher.LaunchConfig, condition: str, synchronous: bool,
+           budget_seconds: float, progress: Callable[[str], None]) -> Dict[str, float]:
+    """Runs one arm under `condition` for `budget_seconds` after its first progress record,
+    then stops it (every training task checkpoints); the tasks' CPU seconds."""
+    model_dir = launch.model_dir
     shutil.rmtree(model_dir, ignore_errors=True)
     log_path = model_dir + ".log"
-    asynchronous = cluster.PS in bindings
-    launch = launcher.LaunchConfig(model_dir=model_dir, gin_files=[config],
-                                   gin_bindings=list(bindings), num_workers=2,
-                                   num_ps=int(asynchronous), threads_per_task=1)
-    stop, codes = threading.Event(), []
+    stop, codes, started = threading.Event(), [], []
     progress(f"{name}: starting (log: {log_path})")
     with open(log_path, "w") as log:
-        thread = threading.Thread(target=lambda: codes.append(launcher.launch(
-            launch, stream=log, handle_signals=False, stop=stop,
-            on_started=straggler_lib.throttle("worker:1", 0.5) if straggler else None)))
-        thread.start()
+        thread = _launch(launch, log, condition, stop, started, codes)
         deadline = time.monotonic() + START_TIMEOUT
         while not run_files.read(model_dir, "log"):
             if not thread.is_alive() or time.monotonic() > deadline:
@@ -70,70 +119,147 @@ def _train(name: str, model_dir: str, config: str, bindings: Sequence[str], stra
                 raise RuntimeError(f"{name} recorded no progress in {START_TIMEOUT} s; "
                                    f"see {log_path}")
             time.sleep(0.5)
+        meter = CpuMeter(started)
+        meter.start()
+        end = time.monotonic() + budget_seconds
         progress(f"{name}: training for {budget_seconds:.0f} s")
-        thread.join(timeout=budget_seconds)
+        if condition == "restart":
+            thread.join(timeout=budget_seconds / 3)
+            straggler_lib.kill(started)
+            progress(f"{name}: killed worker:1")
+            if synchronous:
+                # A synchronous job cannot go on without the worker: the cluster manager
+                # tears it down and relaunches it, and it resumes from its last checkpoint.
+                for task in started:
+                    if task.process.poll() is None:
+                        task.process.kill()
+                thread.join()
+                meter.sample()
+                thread = _launch(launch, log, "even", stop, started, codes)
+                progress(f"{name}: relaunched the job from its last checkpoint")
+        thread.join(timeout=max(0.0, end - time.monotonic()))
         if not thread.is_alive():
             raise RuntimeError(f"{name} ended before its budget (exit {codes}); see {log_path}")
+        meter.sample()
         stop.set()  # every training task checkpoints and stops
         thread.join(timeout=180)
-    if codes not in ([0], [128 + signal.SIGTERM]):
-        raise RuntimeError(f"{name} failed with exit code {codes}; see {log_path}")
+        meter.done.set()
+    ended = codes[-1:] in ([0], [128 + signal.SIGTERM])
+    if not ended or (len(codes) > 1 and not (synchronous and condition == "restart")):
+        raise RuntimeError(f"{name} failed with exit codes {codes}; see {log_path}")
+    return meter.totals()
 
 
-def _arm(name: str, arm: str, condition: str, work_dir: str, classifier_dir: str,
-         config: str, per_worker_batch: int, log_every: int, budget_seconds: float,
-         eval_samples: int, progress: Callable[[str], None]) -> dict:
-    model_dir = os.path.join(work_dir, name)
-    synchronous = arm == "sync"
+def _bindings(mode: str, config: str, policy: str, per_worker_batch: int, log_every: int,
+              checkpoint_images: int) -> List[str]:
+    synchronous = mode == "sync"
     batch = per_worker_batch * (2 if synchronous else 1)
-    bindings = ARMS[arm] + [f"train.batch_size={batch}", "train.total_steps=100000000",
-                            f"train.log_every={log_every}", "train.checkpoint_every=100000000",
-                            "train.sample_every=100000000", "eval.every_steps=0"]
-    _train(name, model_dir, config, bindings, condition == "straggler", budget_seconds,
-           progress)
-    rate = cluster.progress_rate(model_dir, batch * 2)  # train.d_steps = 2 real batches
+    d_steps = _d_steps(config, policy)
+    checkpoint_every = max(1, checkpoint_images // (batch * d_steps))
+    return MODES[mode] + [f"train.batch_size={batch}", "train.total_steps=100000000",
+                          f"train.log_every={log_every * (1 if synchronous else 2)}",
+                          f"train.checkpoint_every={checkpoint_every}",
+                          "train.sample_every=100000000", "eval.every_steps=0"]
+
+
+def _d_steps(config: str, policy: str) -> int:
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    import gin  # pylint: disable=import-outside-toplevel
+    experiment.parse([config] + POLICIES[policy], [], finalize=False)
+    try:
+        return experiment.Settings.read().train.d_steps
+    finally:
+        gin.clear_config()
+
+
+def _run(mode: str, policy: str, condition: str, repeat: int, work_dir: str,
+         classifier_dir: str, config: str, per_worker_batch: int, log_every: int,
+         budget_seconds: float, eval_samples: int, checkpoint_images: int,
+         progress: Callable[[str], None]) -> dict:
+    name = f"{mode}_{policy}_{condition}_{repeat}"
+    model_dir = os.path.join(work_dir, name)
+    synchronous = mode == "sync"
+    batch = per_worker_batch * (2 if synchronous else 1)
+    launch = launcher.LaunchConfig(
+        model_dir=model_dir, gin_files=[config] + POLICIES[policy],
+        gin_bindings=(_bindings(mode, config, policy, per_worker_batch, log_every,
+                                checkpoint_images)
+                      + straggler_lib.bindings(condition)),
+        num_workers=2, num_ps=0 if synchronous else 1, threads_per_task=1, cores_per_task=1)
+    cpu = _train(name, launch, condition, synchronous, budget_seconds, progress)
+    d_steps = _d_steps(config, policy)
+    g_rate = cluster.progress_rate(model_dir, 1)
     final = quality_runs.evaluate(model_dir, classifier_dir, eval_samples, 2 * eval_samples)
-    if synchronous:
-        closures = {"worker:0": final["step"], "worker:1": final["step"]}
-    else:
-        closures = cluster.closures_by_task(model_dir)
-    result = {"images_per_sec": rate,
+    closures = ({"worker:0": final["step"], "worker:1": final["step"]} if synchronous
+                else cluster.closures_by_task(model_dir))
+    result = {"images_per_sec": g_rate * batch * d_steps, "g_updates_per_sec": g_rate,
               "steps": final["step"], "fcd": final["fcd"],
               "conditional_accuracy": final["conditional_accuracy"],
-              "closures_by_worker": closures, "batch_per_update": batch}
+              "closures_by_worker": closures, "batch_per_update": batch, "d_steps": d_steps,
+              "cpu_seconds": cpu}
     progress(f"{name}: {result['images_per_sec']:.1f} images/s, {final['step']} steps, "
              f"FCD {final['fcd']:.2f}, conditional accuracy "
-             f"{final['conditional_accuracy']:.3f}, closures {closures}")
+             f"{final['conditional_accuracy']:.3f}, closures {closures}, CPU s {cpu}")
     return result
 
 
-def async_quality(budget_minutes: float = 10.0, per_worker_batch: int = 32,
-                  arms: Sequence[str] = tuple(ARMS), conditions: Sequence[str] = CONDITIONS,
-                  eval_samples: int = 5000, work_dir: Optional[str] = None,
-                  classifier_dir: Optional[str] = None, config: str = CONFIG,
-                  log_every: int = 25, classifier_epochs: int = 4, progress=print) -> dict:
-    """Every arm x condition for `budget_minutes` each; JSON arms.<arm>.<condition>.
+def _summary(runs: List[dict]) -> Dict[str, dict]:
+    """Per metric: the median and the range over the repeats."""
+    out = {}
+    for metric in METRICS:
+        values = [r[metric] for r in runs]
+        out[metric] = {"median": statistics.median(values), "min": min(values),
+                       "max": max(values)}
+    return out
 
-    config, log_every, classifier_epochs: the experiment and its classifier (the tests
-    run gin/tiny.gin for a few seconds).
+
+def async_quality(budget_minutes: float = 2.0, per_worker_batch: int = 32,
+                  arms: Sequence[str] = ARMS, policies: Sequence[str] = tuple(POLICIES),
+                  conditions: Sequence[str] = ("even", "slow50"), repeats: int = 3,
+                  eval_samples: int = 2000, work_dir: Optional[str] = None,
+                  classifier_dir: Optional[str] = None, config: str = CONFIG,
+                  log_every: int = 10, classifier_epochs: int = 2,
+                  checkpoint_images: int = CHECKPOINT_IMAGES, progress=print) -> dict:
+    """Every arm (mode x policy) x condition, `repeats` times interleaved, for
+    `budget_minutes` each; JSON runs.<mode>.<policy>.<condition> (a list, one per repeat)
+    and summary.<mode>.<policy>.<condition> (median, min, max of each metric).
+
+    config, log_every, classifier_epochs, checkpoint_images: the experiment, its
+    classifier and its periodic checkpoints (the tests run gin/tiny.gin for seconds).
     """
-    unknown = set(arms) - set(ARMS) | set(conditions) - set(CONDITIONS)
-    if unknown:
-        raise ConfigError(f"unknown arms/conditions {sorted(unknown)}: choose from "
-                         f"{list(ARMS)} and {list(CONDITIONS)}")
+    unknown = (set(arms) - set(MODES) | set(policies) - set(POLICIES)
+               | set(conditions) - set(CONDITIONS))
+    if unknown or repeats < 1:
+        raise ConfigError(f"unknown arms/policies/conditions {sorted(unknown)} or repeats="
+                          f"{repeats} < 1: choose from {list(MODES)}, {list(POLICIES)} and "
+                          f"{list(CONDITIONS)}")
     work_dir = os.path.abspath(work_dir or os.path.join(quality_runs.REPO, "runs", "bench",
                                                         "async_quality"))
     classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
     os.makedirs(work_dir, exist_ok=True)
     quality_runs.train_classifier(classifier_dir, config, classifier_epochs, progress)
+    # Children import benchmarks.congestion (the slow_input store) from the repository.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (quality_runs.REPO, os.environ.get("PYTHONPATH")) if p)
     started = time.time()
-    results: Dict[str, dict] = {}
-    for arm in arms:
+    runs: Dict[str, Dict[str, Dict[str, List[dict]]]] = {}
+    for repeat in range(repeats):
         for condition in conditions:
-            results.setdefault(arm, {})[condition] = _arm(
-                f"{arm}_{condition}", arm, condition, work_dir, classifier_dir, config,
-                per_worker_batch, log_every, budget_minutes * 60, eval_samples, progress)
+            for mode in arms:
+                for policy in policies:
+                    runs.setdefault(mode, {}).setdefault(policy, {}).setdefault(
+                        condition, []).append(_run(
+                            mode, policy, condition, repeat, work_dir, classifier_dir,
+                            config, per_worker_batch, log_every, budget_minutes * 60,
+                            eval_samples, checkpoint_images, progress))
+    summary = {mode: {policy: {condition: _summary(r) for condition, r in by_condition.items()}
+                      for policy, by_condition in by_policy.items()}
+               for mode, by_policy in runs.items()}
     return {"suite": "async_quality", "config": config, "budget_minutes": budget_minutes,
             "per_worker_batch": per_worker_batch, "eval_samples": eval_samples,
-            "slow_fraction": 0.5, "threads_per_task": 1, "work_dir": work_dir,
-            "seconds": time.time() - started, "arms": results}
+            "repeats": repeats, "threads_per_task": 1, "cores_per_task": 1,
+            "slow_task": straggler_lib.SLOW_TASK,
+            "slow_input": {"latency_ms": straggler_lib.INPUT_LATENCY_MS,
+                           "reads_at_once": straggler_lib.INPUT_READS},
+            "checkpoint_images": checkpoint_images, "work_dir": work_dir,
+            "seconds": time.time() - started, "runs": runs, "summary": summary}

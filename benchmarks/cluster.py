@@ -136,7 +136,8 @@ def straggler(per_worker_batch: int = 32, steps: int = 24, slow_fraction: float 
     ratio of their rates is what logging costs. Without a barrier the fast worker runs
     about 1 / (1 - slow_fraction) times the slow one's closures.
     """
-    slow = dict(num_workers=2, slow_task="worker:1", slow_fraction=slow_fraction)
+    slow = dict(num_workers=2, slow_task="worker:1", slow_fraction=slow_fraction,
+                cores_per_task=1)
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         sync = run("sync", tmp, progress,
                    [MWMS, f"train.batch_size={2 * per_worker_batch}"]

@@ -17,6 +17,9 @@ on each shard's records (data/tuning.py).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+from typing import Tuple
 
 import gin
 import tensorflow as tf
@@ -36,11 +39,14 @@ class CongestedStore:
       jitter_ms: extra delay, uniform in [0, jitter_ms), per read.
       per: "record" (every example read pays the delay) or "file" (opening a
         shard pays it, its records then stream).
+      workers: only the input pipelines of these cluster workers read through the
+        congested store (a straggler's, benchmarks/straggler.py); empty: every one.
     """
 
     latency_ms: float = 0.0
     jitter_ms: float = 0.0
     per: str = "record"
+    workers: Tuple[int, ...] = ()
 
     def __post_init__(self):
         if self.per not in ("record", "file"):
@@ -60,7 +66,25 @@ class CongestedStore:
 def _delay_us(congestion: CongestedStore, shard: tf.Tensor, record: tf.Tensor) -> tf.Tensor:
     seed = tf.stack([tf.cast(shard, tf.int64), tf.cast(record, tf.int64)])
     jitter = tf.random.stateless_uniform([], seed, 0.0, congestion.jitter_ms)
-    return tf.cast(1000.0 * (congestion.latency_ms + jitter), tf.int64)
+    delay = tf.cast(1000.0 * (congestion.latency_ms + jitter), tf.int64)
+    if not congestion.workers:
+        return delay
+    slow = tf.reduce_any(tf.equal(_worker_index(), tf.constant(congestion.workers, tf.int64)))
+    return delay * tf.cast(slow, tf.int64)
+
+
+def _worker_index() -> tf.Tensor:
+    """The index of the cluster worker whose input pipeline this is (-1: not a worker).
+
+    Under a parameter server the coordinator builds every worker's pipeline from one
+    traced function: the index is then a value of the call on each worker.
+    """
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    if "ps" in cluster.get("cluster", {}):
+        return tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(),
+                       tf.int64)
+    task = cluster.get("task", {"type": "worker", "index": 0})
+    return tf.constant(task["index"] if task["type"] == "worker" else -1, tf.int64)
 
 
 def _sleep_then(dataset: tf.data.Dataset, microseconds: tf.Tensor) -> tf.data.Dataset:

@@ -22,9 +22,11 @@ slow worker: sync vs asynchronous parameter-server training), memory (measured
 peak of a training step at 128-1024 px beside the dry run's memory plan), data
 (bin/prepare_dataset.py's throughput and peak memory at 10,000 and 40,000 images,
 start-up to the first batch of image_folder vs records, records streaming rate with
-and without storage latency), async_quality (sync vs asynchronous closures vs the
-sample buffer, even and with a straggler, each for the same wall-clock budget on
-Fashion-MNIST: images/s, FCD, conditional accuracy, closures per worker), small_data
+and without storage latency), async_quality (ParaGAN's ablation: synchronous
+MultiWorkerMirrored vs asynchronous closures vs the sample buffer, each with the plain and
+the asymmetric policy, with no straggler and each straggler kind, workers pinned to a core
+each, --repeats interleaved, each for the same training seconds on mnist5k: images/s,
+FCD, conditional accuracy, closures per worker, the tasks' CPU seconds), small_data
 (the default model on 100 Fashion-MNIST images per class, the same --train_steps
 with no augmentation, DiffAugment, ADA, DiffAugment + LeCam: FCD, intra-class FCD,
 precision, recall, conditional accuracy, D's logit gap), eval_scaling (seconds to
@@ -39,7 +41,7 @@ trained elsewhere such as a sweep's, only scored), layout (every layout candidat
 --gin_file's step, XLA x oneDNN x thread counts and float32 beside bfloat16, each in its
 own process, --rounds interleaved rounds; `auto`'s choice and the rule's against the
 fastest). Each but async_quality
-(6 x --budget_minutes, plus evaluation), small_data (4 x ~10 minutes) and
+(runs x (--budget_minutes + ~1.5 minutes of start-up and scoring)), small_data (4 x ~10 minutes) and
 time_to_quality (the configs' training plus ~1 minute of scoring each) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (benchmarks/machine.py): CPU model, cores, ISA
@@ -96,13 +98,14 @@ flags.DEFINE_list("layouts", ["fp32", "auto"], "step: layouts (gin/layouts/<name
 flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps).")
 flags.DEFINE_string("profile_dir", None,
                     "step: also trace 2 steps per layout with tf.profiler into this folder.")
-flags.DEFINE_float("budget_minutes", 10.0, "async_quality: wall-clock minutes per arm; "
+flags.DEFINE_float("budget_minutes", 2.0, "async_quality: training minutes per run; "
                    "time_to_quality: the most training minutes per config (20 by default).")
 flags.DEFINE_list("configs", list(time_to_quality_bench.CONFIGS),
                   "time_to_quality: gin files to compare; the first sets the quality targets.")
 flags.DEFINE_integer("mark_steps", None, "time_to_quality, small_data: steps between scored "
                      "checkpoints (default: 100, 400).")
-flags.DEFINE_integer("repeats", 1, "time_to_quality: runs per config, in turn (A B A B).")
+flags.DEFINE_integer("repeats", None, "time_to_quality: runs per config, in turn (A B A B; "
+                     "default 1); async_quality: interleaved rounds of every run (default 3).")
 flags.DEFINE_multi_string("runs", [], "time_to_quality: score these finished run folders "
                           "(or every run under a sweep's folder) instead of training; "
                           "needs --fcd_target and --accuracy_target. Repeatable.")
@@ -115,8 +118,10 @@ flags.DEFINE_float("accuracy_target", None, "time_to_quality: conditional accura
 flags.DEFINE_list("arms", [], "async_quality, small_data: arms to run (default: all of "
                   f"the suite's: {list(async_quality_bench.ARMS)}, "
                   f"{list(small_data_bench.ARMS)}).")
-flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS),
-                  "async_quality: even workers, a straggler, or both.")
+flags.DEFINE_list("conditions", ["even", "slow50"], "async_quality: straggler kinds "
+                  f"(benchmarks/straggler.py), of {list(async_quality_bench.CONDITIONS)}.")
+flags.DEFINE_list("policies", list(async_quality_bench.POLICIES), "async_quality: "
+                  "optimizer policies of every arm.")
 flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated images per "
                      "FCD (default: 5,000 and 10,000); eval: images per arm (10,000).")
 flags.DEFINE_integer("train_steps", 1600, "small_data: training steps of every arm.")
@@ -139,11 +144,12 @@ def main(argv):
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
                        rounds=FLAGS.rounds)
     if FLAGS.suite == "async_quality":
-        options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions)
+        options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions,
+                       policies=FLAGS.policies)
     if FLAGS.suite == "small_data":
         options = dict(steps=FLAGS.train_steps, per_class=FLAGS.per_class)
     if FLAGS.suite == "time_to_quality":
-        options = dict(configs=FLAGS.configs, repeats=FLAGS.repeats, runs=FLAGS.runs,
+        options = dict(configs=FLAGS.configs, repeats=FLAGS.repeats or 1, runs=FLAGS.runs,
                        bindings=FLAGS.gin_bindings, fcd_target=FLAGS.fcd_target,
                        accuracy_target=FLAGS.accuracy_target)
         if FLAGS["budget_minutes"].present:
@@ -156,7 +162,8 @@ def main(argv):
         common.fail(f"--eval_samples applies to the async_quality, small_data, eval and "
                     f"time_to_quality suites, not to {FLAGS.suite}")
     own = {"configs": ("time_to_quality",), "mark_steps": ("time_to_quality", "small_data"),
-           "repeats": ("time_to_quality",), "runs": ("time_to_quality",),
+           "repeats": ("time_to_quality", "async_quality"), "runs": ("time_to_quality",),
+           "conditions": ("async_quality",), "policies": ("async_quality",),
            "fid_samples": ("time_to_quality", "small_data"),
            "fcd_target": ("time_to_quality",), "accuracy_target": ("time_to_quality",),
            "train_steps": ("small_data",), "per_class": ("small_data",),
@@ -165,7 +172,8 @@ def main(argv):
         if FLAGS[name].present and FLAGS.suite not in suites:
             common.fail(f"--{name} applies to the {' and '.join(suites)} suite"
                         f"{'s' if len(suites) > 1 else ''}, not to {FLAGS.suite}")
-        if FLAGS[name].present and name in ("mark_steps", "fid_samples"):
+        if FLAGS[name].present and name in ("mark_steps", "fid_samples") or (
+                FLAGS[name].present and name == "repeats" and FLAGS.suite == "async_quality"):
             options[name] = FLAGS[name].value
     if FLAGS.arms:
         options["arms"] = FLAGS.arms

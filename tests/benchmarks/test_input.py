@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -58,3 +59,23 @@ def test_input_benchmark_tuner_beats_tf_data_autotune_on_a_latency_bound_store()
     # The tuner, not its starting point, did it: it raised the reads past max(4, CPUs).
     assert latency["aware_trace"][-1]["read_parallelism"] > max(4, cpus)
     json.dumps(result)  # what bin/bench.py writes
+
+
+@pytest.mark.parametrize("task,slowed", [({"type": "worker", "index": 1}, True),
+                                         ({"type": "worker", "index": 0}, False),
+                                         ({"type": "chief", "index": 0}, False)])
+def test_a_store_congested_for_one_worker_slows_that_worker_only(monkeypatch, task, slowed):
+    """benchmarks/straggler.py's slow_input: CongestedStore.workers, under
+    MultiWorkerMirrored (each worker's own process and TF_CONFIG; the parameter-server
+    path, one traced function for every worker, runs in
+    tests/benchmarks/test_async_quality.py)."""
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": task}))
+    store = CongestedStore(latency_ms=400.0, workers=(1,))
+    records = store(tf.data.Dataset.range(2), tf.constant(0, tf.int64))
+    next(iter(records))  # start-up (tracing) is not timed
+    started = time.monotonic()
+    assert list(store(tf.data.Dataset.range(2), tf.constant(0, tf.int64)).as_numpy_iterator()) \
+        == [0, 1]
+    took = time.monotonic() - started
+    assert (took > 0.7) == slowed, took  # two reads of 400 ms, or none
