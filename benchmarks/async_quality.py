@@ -116,8 +116,8 @@ def _train(name: str, launch: launcher.LaunchConfig, condition: str, synchronous
             if not thread.is_alive() or time.monotonic() > deadline:
                 stop.set()
                 thread.join(timeout=180)
-                raise RuntimeError(f"{name} recorded no progress in {START_TIMEOUT} s; "
-                                   f"see {log_path}")
+                raise RuntimeError(f"{name} recorded no progress (exit codes {codes}, "
+                                   f"{START_TIMEOUT} s at most); see {log_path}")
             time.sleep(0.5)
         meter = CpuMeter(started)
         meter.start()
@@ -135,9 +135,17 @@ def _train(name: str, launch: launcher.LaunchConfig, condition: str, synchronous
                         task.process.kill()
                 thread.join()
                 meter.sample()
+                records = len(run_files.read(model_dir, "log"))
                 thread = _launch(launch, log, "even", stop, started, codes)
                 progress(f"{name}: relaunched the job from its last checkpoint")
         thread.join(timeout=max(0.0, end - time.monotonic()))
+        if condition == "restart" and synchronous:
+            # A relaunch still starting when the budget ends trains until its first
+            # progress record, so that it stops cleanly (images/s counts that time too).
+            deadline = time.monotonic() + START_TIMEOUT
+            while (len(run_files.read(model_dir, "log")) <= records and thread.is_alive()
+                   and time.monotonic() < deadline):
+                time.sleep(0.5)
         if not thread.is_alive():
             raise RuntimeError(f"{name} ended before its budget (exit {codes}); see {log_path}")
         meter.sample()
