@@ -237,10 +237,11 @@ def async_quality(budget_minutes: float = 2.0, per_worker_batch: int = 32,
     """
     unknown = (set(arms) - set(MODES) | set(policies) - set(POLICIES)
                | set(conditions) - set(CONDITIONS))
-    if unknown or repeats < 1:
-        raise ConfigError(f"unknown arms/policies/conditions {sorted(unknown)} or repeats="
-                          f"{repeats} < 1: choose from {list(MODES)}, {list(POLICIES)} and "
-                          f"{list(CONDITIONS)}")
+    if unknown:
+        raise ConfigError(f"unknown arms/policies/conditions {sorted(unknown)}: choose from "
+                          f"{list(MODES)}, {list(POLICIES)} and {list(CONDITIONS)}")
+    if repeats < 1:
+        raise ConfigError(f"repeats={repeats} must be >= 1")
     work_dir = os.path.abspath(work_dir or os.path.join(quality_runs.REPO, "runs", "bench",
                                                         "async_quality"))
     classifier_dir = os.path.abspath(classifier_dir or os.path.join(work_dir, "classifier"))
