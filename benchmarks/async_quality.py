@@ -158,26 +158,14 @@ def _train(name: str, launch: launcher.LaunchConfig, condition: str, synchronous
     return meter.totals()
 
 
-def _bindings(mode: str, config: str, policy: str, per_worker_batch: int, log_every: int,
+def _bindings(mode: str, batch: int, d_steps: int, log_every: int,
               checkpoint_images: int) -> List[str]:
     synchronous = mode == "sync"
-    batch = per_worker_batch * (2 if synchronous else 1)
-    d_steps = _d_steps(config, policy)
     checkpoint_every = max(1, checkpoint_images // (batch * d_steps))
     return MODES[mode] + [f"train.batch_size={batch}", "train.total_steps=100000000",
                           f"train.log_every={log_every * (1 if synchronous else 2)}",
                           f"train.checkpoint_every={checkpoint_every}",
                           "train.sample_every=100000000", "eval.every_steps=0"]
-
-
-def _d_steps(config: str, policy: str) -> int:
-    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
-    import gin  # pylint: disable=import-outside-toplevel
-    experiment.parse([config] + POLICIES[policy], [], finalize=False)
-    try:
-        return experiment.Settings.read().train.d_steps
-    finally:
-        gin.clear_config()
 
 
 def _run(mode: str, policy: str, condition: str, repeat: int, work_dir: str,
@@ -188,14 +176,14 @@ def _run(mode: str, policy: str, condition: str, repeat: int, work_dir: str,
     model_dir = os.path.join(work_dir, name)
     synchronous = mode == "sync"
     batch = per_worker_batch * (2 if synchronous else 1)
+    gin_files = [config] + POLICIES[policy]
+    d_steps = quality_runs.settings_of(gin_files).train.d_steps
     launch = launcher.LaunchConfig(
-        model_dir=model_dir, gin_files=[config] + POLICIES[policy],
-        gin_bindings=(_bindings(mode, config, policy, per_worker_batch, log_every,
-                                checkpoint_images)
+        model_dir=model_dir, gin_files=gin_files,
+        gin_bindings=(_bindings(mode, batch, d_steps, log_every, checkpoint_images)
                       + straggler_lib.bindings(condition)),
         num_workers=2, num_ps=0 if synchronous else 1, threads_per_task=1, cores_per_task=1)
     cpu = _train(name, launch, condition, synchronous, budget_seconds, progress)
-    d_steps = _d_steps(config, policy)
     g_rate = cluster.progress_rate(model_dir, 1)
     final = quality_runs.evaluate(model_dir, classifier_dir, eval_samples, 2 * eval_samples)
     closures = ({"worker:0": final["step"], "worker:1": final["step"]} if synchronous

@@ -21,14 +21,20 @@ def binary(name: str) -> str:
     return os.path.join(REPO, "bin", name)
 
 
-def data_of(config: str, bindings: Sequence[str] = ()):
-    """The dataset settings `config` and `bindings` make (parsed here, then cleared)."""
+def settings_of(configs: Sequence[str], bindings: Sequence[str] = ()):
+    """The experiment.Settings the gin files `configs` and `bindings` make (parsed here,
+    then cleared)."""
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
-    experiment.parse([config], list(bindings), finalize=False)
+    experiment.parse(list(configs), list(bindings), finalize=False)
     try:
-        return experiment.Settings.read().data
+        return experiment.Settings.read()
     finally:
         gin.clear_config()
+
+
+def data_of(config: str, bindings: Sequence[str] = ()):
+    """The dataset settings `config` and `bindings` make."""
+    return settings_of([config], bindings).data
 
 
 def train_classifier(path: str, config: str, epochs: int, progress: Callable[[str], None],

@@ -113,7 +113,7 @@ def on_started(condition: str, started: List[launcher.Task]
     def start(tasks: List[launcher.Task]) -> None:
         started[:] = tasks
         if slow_fraction(condition):
-            Throttle(_task(tasks, SLOW_TASK), slow_fraction(condition)).start()
+            throttle(SLOW_TASK, slow_fraction(condition))(tasks)
     return start
 
 

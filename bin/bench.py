@@ -40,8 +40,8 @@ training seconds to the first config's end-of-run quality; or --runs, folders
 trained elsewhere such as a sweep's, only scored), layout (every layout candidate of
 --gin_file's step, XLA x oneDNN x thread counts and float32 beside bfloat16, each in its
 own process, --rounds interleaved rounds; `auto`'s choice and the rule's against the
-fastest). Each but async_quality
-(runs x (--budget_minutes + ~1.5 minutes of start-up and scoring)), small_data (4 x ~10 minutes) and
+fastest). Each but async_quality (runs x (--budget_minutes + ~1.5 minutes of
+start-up and scoring)), small_data (4 x ~10 minutes) and
 time_to_quality (the configs' training plus ~1 minute of scoring each) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
 Every JSON has a "machine" record (benchmarks/machine.py): CPU model, cores, ISA
@@ -123,7 +123,7 @@ flags.DEFINE_list("conditions", ["even", "slow50"], "async_quality: straggler ki
 flags.DEFINE_list("policies", list(async_quality_bench.POLICIES), "async_quality: "
                   "optimizer policies of every arm.")
 flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated images per "
-                     "FCD (default: 5,000 and 10,000); eval: images per arm (10,000).")
+                     "FCD (default: 2,000 and 10,000); eval: images per arm (10,000).")
 flags.DEFINE_integer("train_steps", 1600, "small_data: training steps of every arm.")
 flags.DEFINE_integer("per_class", 50, "small_data: training images of each class.")
 flags.mark_flag_as_required("suite")
@@ -146,6 +146,8 @@ def main(argv):
     if FLAGS.suite == "async_quality":
         options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions,
                        policies=FLAGS.policies)
+        if FLAGS["repeats"].present:
+            options["repeats"] = FLAGS.repeats
     if FLAGS.suite == "small_data":
         options = dict(steps=FLAGS.train_steps, per_class=FLAGS.per_class)
     if FLAGS.suite == "time_to_quality":
@@ -172,8 +174,7 @@ def main(argv):
         if FLAGS[name].present and FLAGS.suite not in suites:
             common.fail(f"--{name} applies to the {' and '.join(suites)} suite"
                         f"{'s' if len(suites) > 1 else ''}, not to {FLAGS.suite}")
-        if FLAGS[name].present and name in ("mark_steps", "fid_samples") or (
-                FLAGS[name].present and name == "repeats" and FLAGS.suite == "async_quality"):
+        if FLAGS[name].present and name in ("mark_steps", "fid_samples"):
             options[name] = FLAGS[name].value
     if FLAGS.arms:
         options["arms"] = FLAGS.arms
