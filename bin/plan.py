@@ -10,7 +10,9 @@ train step's FLOPs and traces its memory plan, then prints one line per target
 and, with --output, the whole plan as JSON: per-replica batch and accumulation
 that fit, seconds per step (compute, all-reduce, input, straggler wait),
 weak-scaling efficiency, the asynchronous variant's gain, wall clock and
-device-hours to train.total_steps, the bottleneck and what to change.
+device-hours to train.total_steps, the bottleneck and what to change, and the
+placement each target needs: data parallelism, or G and D split over two devices per
+replica (memory per device, bytes moved between them per step).
 
 Devices: v100, a100, h100, tpu_v3 (a core), tpu_v4 (a chip), this_cpu (this
 machine, count 1), or one given with --custom_device (peak TFLOP/s float32 and
@@ -94,6 +96,7 @@ def _main() -> int:
             for name, count in targets]
     for row in rows:
         print(plan_lib.describe(row), flush=True)
+        print(f"    {plan_lib.describe_modes(row)}", flush=True)
         for line in row["advice"]:
             print(f"    {line}", flush=True)
     if FLAGS.output:

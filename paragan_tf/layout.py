@@ -269,12 +269,12 @@ def run_precision(hardware: Hardware, configured: str) -> str:
     return rule_precision(hardware)[0] if configured == "auto" else configured
 
 
-@gin.configurable("layout", denylist=["hardware", "strategy", "measured"])
+@gin.configurable("layout", denylist=["hardware", "strategy", "measured", "xla_blocked"])
 def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None,
            precision: str = "auto", xla: str = "auto", round_channels: bool = False,
            channel_multiple: int = 0, onednn: str = "auto", tune: str = "auto",
            tune_seconds: float = 90.0,
-           measured: Optional[Measured] = None) -> Layout:
+           measured: Optional[Measured] = None, xla_blocked: Optional[str] = None) -> Layout:
     """The layout for `hardware` under `strategy`.
 
     Args:
@@ -294,6 +294,8 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
         Read by train/layout_tuning.py.
       tune_seconds: the measurement's time budget.
       measured: the tuner's choice for this step (None: the rules alone).
+      xla_blocked: why XLA cannot compile this step for a reason outside the strategy
+        (the model-parallel placement), or None.
     """
     reasons = []
     if precision not in PRECISIONS:
@@ -310,7 +312,7 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
         if measured and measured.precision and measured.precision != precision:
             precision, why = measured.precision, f"{why}, but {measured.precision} timed faster"
         reasons.append(f"precision {precision}: {why}")
-    blocker = xla_blocker(strategy, hardware)
+    blocker = xla_blocked or xla_blocker(strategy, hardware)
     if xla == "on" and blocker:
         raise ConfigError(f"layout.xla='on' cannot be used here: {blocker}; use 'auto' or 'off'")
     if xla == "auto":

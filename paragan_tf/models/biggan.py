@@ -255,8 +255,16 @@ def count_trainable(model: keras.Model) -> int:
 
 def build(generator: Generator, discriminator: Discriminator, image_channels: int) -> None:
     """Creates every variable by one tiny forward pass (needed before restore/optimizer.build)."""
-    z = tf.zeros([2, generator.dim_z])
-    labels = tf.zeros([2], tf.int32)
-    generator((z, labels), training=False)
-    size = generator.resolution
-    discriminator((tf.zeros([2, size, size, image_channels]), labels), training=False)
+    build_generator(generator)
+    build_discriminator(discriminator, generator.resolution, image_channels)
+
+
+def build_generator(generator: Generator) -> None:
+    """Creates G's variables by one tiny forward pass."""
+    generator((tf.zeros([2, generator.dim_z]), tf.zeros([2], tf.int32)), training=False)
+
+
+def build_discriminator(discriminator: Discriminator, size: int, image_channels: int) -> None:
+    """Creates D's variables by one tiny forward pass on `size` x `size` images."""
+    discriminator((tf.zeros([2, size, size, image_channels]), tf.zeros([2], tf.int32)),
+                  training=False)

@@ -30,6 +30,7 @@ estimate.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -45,6 +46,9 @@ GIB = 1024 ** 3
 # (`bin/bench.py --suite=memory` re-measures it); GPUs and TPUs have other runtimes, so
 # treat it as a CPU figure.
 RUNTIME_FACTOR = calibration.RUNTIME_FACTOR
+# Device labels of G's and D's ops in the traced updates (model_parallel.placement='split'
+# puts them on two devices; a plan only reads the labels, nothing is placed).
+SIDE_DEVICES = {"G": "/device:CPU:0", "D": "/device:CPU:1"}
 # Ops whose output is their first input's buffer (no allocation).
 _ALIASES = {"Identity", "IdentityN", "StopGradient", "Reshape", "ExpandDims", "Squeeze",
             "Snapshot", "EnsureShape"}
@@ -71,8 +75,18 @@ class Activations:
         return int(np.max(self.fixed + self.per_example * batch))
 
 
-def _replay(graph: tf.Graph, outputs: Sequence[tf.Tensor], batch_sizes) -> Activations:
-    """Live bytes after each op when the graph runs in program (creation) order."""
+@functools.lru_cache(maxsize=None)
+def _index(device: str) -> int:
+    return tf.DeviceSpec.from_string(device).device_index
+
+
+def _replay(graph: tf.Graph, outputs: Sequence[tf.Tensor], batch_sizes,
+            device: Optional[str] = None) -> Activations:
+    """Live bytes after each op when the graph runs in program (creation) order.
+
+    device: count only the buffers of ops placed there (an op without a device counts
+    on SIDE_DEVICES["G"], the first, where TensorFlow would put it); None: all.
+    """
     ops = graph.get_operations()
     buffer_of: Dict[str, str] = {}  # tensor name -> name of the tensor owning its buffer
     size: Dict[str, Tuple[int, int]] = {}  # buffer -> (fixed, per-example x PROBE_BATCH)
@@ -81,12 +95,14 @@ def _replay(graph: tf.Graph, outputs: Sequence[tf.Tensor], batch_sizes) -> Activ
         for inp in op.inputs:
             buf = buffer_of.get(inp.name, inp.name)
             last_use[buf] = max(last_use.get(buf, -1), i)
+        elsewhere = (device is not None and
+                     _index(op.device or SIDE_DEVICES["G"]) != _index(device))
         for out in op.outputs:
             if op.type in _ALIASES and op.inputs and out.dtype == op.inputs[0].dtype:
                 buffer_of[out.name] = buffer_of.get(op.inputs[0].name, op.inputs[0].name)
             else:
                 buffer_of[out.name] = out.name
-                n = 0 if op.type in _NO_BUFFER else _bytes(out)
+                n = 0 if op.type in _NO_BUFFER or elsewhere else _bytes(out)
                 per = bool(out.shape.rank) and out.shape[0] in batch_sizes
                 size[out.name] = (0, n) if per else (n, 0)
             buf = buffer_of[out.name]
@@ -110,20 +126,30 @@ def _replay(graph: tf.Graph, outputs: Sequence[tf.Tensor], batch_sizes) -> Activ
     return Activations(fixed, per_example)
 
 
-def _measure(fn, specs) -> Activations:
+def _measure(fn, specs) -> Dict[Optional[str], Activations]:
+    """{None: the whole replay, side: the replay of that side's device} of `fn`'s graph."""
     # No autograph: the models have no tensor-dependent Python control flow, and
     # converting them triples the tracing time.
     concrete = tf.function(fn, autograph=False).get_concrete_function(*specs)
-    return _replay(concrete.graph, concrete.graph.outputs, {PROBE_BATCH, 2 * PROBE_BATCH})
+    graph, sizes = concrete.graph, {PROBE_BATCH, 2 * PROBE_BATCH}
+    return {side: _replay(graph, graph.outputs, sizes, device)
+            for side, device in [(None, None)] + list(SIDE_DEVICES.items())}
 
 
-def update_activations(generator, discriminator,
-                       recompute: bool = False) -> Dict[str, Activations]:
+def update_activations(generator, discriminator, recompute: bool = False,
+                       side: Optional[str] = None) -> Dict[str, Activations]:
     """Live bytes of D's update (D on real + fake) and G's (G then D) over their replay.
 
-    Traces each update's loss and gradients as train/step.py computes them,
-    with the models' blocks rematerialised or not.
+    Traces each update's loss and gradients as train/step.py computes them, with the
+    models' blocks rematerialised or not, G's ops on one device and D's on another (as
+    model_parallel.placement='split' places them; the names only label the graph).
+    side: 'G' or 'D': the live bytes on that network's device alone; None: all.
     """
+    return _update_activations(generator, discriminator, recompute)[side]
+
+
+def _update_activations(generator, discriminator, recompute: bool
+                        ) -> Dict[Optional[str], Dict[str, Activations]]:
     b = PROBE_BATCH
     size, channels = generator.resolution, generator.out_conv.filters
     z_spec = tf.TensorSpec([b, generator.dim_z], tf.float32)
@@ -131,26 +157,36 @@ def update_activations(generator, discriminator,
     image_spec = tf.TensorSpec([b, size, size, channels], tf.float32)
 
     def d_update(z, labels, images):
-        fakes = tf.stop_gradient(generator((z, labels), training=True))
-        with tf.GradientTape() as tape:
-            logits = discriminator((tf.concat([tf.cast(fakes, images.dtype), images], 0),
-                                    tf.concat([labels, labels], 0)), training=True)
-            loss = tf.reduce_mean(tf.nn.relu(1.0 - logits))
-        return loss, tape.gradient(loss, discriminator.trainable_variables)
+        with tf.device(SIDE_DEVICES["G"]):
+            fakes = generator((z, labels), training=True)
+        with tf.device(SIDE_DEVICES["D"]):
+            fakes = tf.stop_gradient(fakes)
+            with tf.GradientTape() as tape:
+                logits = discriminator((tf.concat([tf.cast(fakes, images.dtype), images], 0),
+                                        tf.concat([labels, labels], 0)), training=True)
+                loss = tf.reduce_mean(tf.nn.relu(1.0 - logits))
+            return loss, tape.gradient(loss, discriminator.trainable_variables)
 
     def g_update(z, labels):
-        with tf.GradientTape() as tape:
-            loss = -tf.reduce_mean(discriminator((generator((z, labels), training=True),
-                                                  labels), training=True))
-        return loss, tape.gradient(loss, generator.trainable_variables)
+        with tf.device(SIDE_DEVICES["G"]), tf.GradientTape() as g_tape:
+            fakes = generator((z, labels), training=True)
+        with tf.device(SIDE_DEVICES["D"]):
+            with tf.GradientTape(watch_accessed_variables=False) as d_tape:
+                d_tape.watch(fakes)
+                loss = -tf.reduce_mean(discriminator((fakes, labels), training=True))
+            fake_grads = d_tape.gradient(loss, fakes)
+        with tf.device(SIDE_DEVICES["G"]):
+            return loss, g_tape.gradient(fakes, generator.trainable_variables,
+                                         output_gradients=fake_grads)
 
     saved = generator.recompute, discriminator.recompute
     generator.recompute = discriminator.recompute = recompute
     try:
-        return {"d_update": _measure(d_update, (z_spec, label_spec, image_spec)),
-                "g_update": _measure(g_update, (z_spec, label_spec))}
+        d = _measure(d_update, (z_spec, label_spec, image_spec))
+        g = _measure(g_update, (z_spec, label_spec))
     finally:
         generator.recompute, discriminator.recompute = saved
+    return {side: {"d_update": d[side], "g_update": g[side]} for side in d}
 
 
 def activation_bytes(generator, discriminator, batch: int) -> dict:
@@ -176,6 +212,8 @@ class Plan:
     activations: Dict[str, Activations]  # per update, blocks kept
     activations_recompute: Dict[str, Activations]  # per update, blocks rematerialised
     accumulation: int = 1
+    # G's and D's devices' own plans when the two are split ({"G": ..., "D": ...}).
+    sides: Dict[str, "Plan"] = dataclasses.field(default_factory=dict)
 
     @property
     def fixed_bytes(self) -> int:
@@ -233,16 +271,33 @@ class Plan:
 
 def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer,
          accumulation: int = 1) -> Plan:
-    """The memory plan of built models and optimizers (traces four updates; runs nothing)."""
-    return Plan(
-        parameter_bytes=variable_bytes(generator.variables + discriminator.variables),
-        optimizer_bytes=variable_bytes(g_optimizer.variables() + d_optimizer.variables()),
-        ema_bytes=variable_bytes(generator_ema.variables),
-        gradient_bytes={"d_update": variable_bytes(discriminator.trainable_variables),
-                        "g_update": variable_bytes(generator.trainable_variables)},
-        activations=update_activations(generator, discriminator, False),
-        activations_recompute=update_activations(generator, discriminator, True),
-        accumulation=accumulation)
+    """The memory plan of built models and optimizers (traces four updates; runs nothing).
+
+    Its `sides` are the plans of G's and D's devices when the two are split
+    (model_parallel.placement='split'): G's device holds G, EMA G, G's optimizer state
+    and G's side of both updates, D's device the rest.
+    """
+    kept = _update_activations(generator, discriminator, False)
+    recomputed = _update_activations(generator, discriminator, True)
+    g_grads = variable_bytes(generator.trainable_variables)
+    d_grads = variable_bytes(discriminator.trainable_variables)
+    g_state = (variable_bytes(generator.variables), variable_bytes(g_optimizer.variables()),
+               variable_bytes(generator_ema.variables))
+    d_state = (variable_bytes(discriminator.variables), variable_bytes(d_optimizer.variables()),
+               0)
+    state = {None: tuple(g + d for g, d in zip(g_state, d_state)), "G": g_state,
+             "D": d_state}
+    gradients = {None: {"d_update": d_grads, "g_update": g_grads},
+                 "G": {"d_update": 0, "g_update": g_grads},
+                 "D": {"d_update": d_grads, "g_update": 0}}
+    plans = {side: Plan(parameter_bytes=state[side][0], optimizer_bytes=state[side][1],
+                        ema_bytes=state[side][2], gradient_bytes=gradients[side],
+                        activations=kept[side], activations_recompute=recomputed[side],
+                        accumulation=accumulation)
+             for side in (None, "G", "D")}
+    whole = plans.pop(None)
+    whole.sides = plans
+    return whole
 
 
 def device_memory_bytes(accelerator: str) -> Optional[int]:

@@ -28,7 +28,15 @@ count N) the plan works out, per replica:
 - weak-scaling efficiency: the replica's own compute (with its own mean
   straggling) over the step, i.e. throughput at N over N x one replica's;
 - wall clock and device-hours to train.total_steps;
-- the bottleneck (the largest part) and what to change.
+- the bottleneck (the largest part) and what to change;
+- the model-parallel modes (`modes`): memory per device when each replica spans two
+  devices, G and EMA G on one and D on the other (model_parallel.placement='split',
+  distribute/placement.py), with the fewest micro-batches that fit each device, and the
+  extra bytes each replica moves between its two devices per step (G's images to D and
+  their gradients back); the mode a target needs, when the replica's one device needs
+  more micro-batches or recompute than the split does. Its step time is not planned: it
+  depends on how far G's and D's work overlap, which has not been measured on
+  accelerators here.
 
 Every number it assumes is named: the device catalogue and efficiencies in
 scale/devices.py, the rest in `Assumptions` (gin: `plan.*`). docs/scale.md
@@ -89,6 +97,7 @@ class Model:
     effective_batch: int
     d_steps: int
     total_steps: int
+    image_bytes: int = 0  # one generated image in float32: what a split moves per example
 
 
 def detected_line(model: Model, accelerator: str, replicas: int) -> str:
@@ -147,6 +156,58 @@ def fit(memory: memory_lib.Plan, examples: int, budget_bytes: int
     return None
 
 
+def fit_split(memory: memory_lib.Plan, examples: int, budget_bytes: int
+              ) -> Optional[Tuple[int, int, bool, Dict[str, int]]]:
+    """As `fit`, with G's side and D's side of the plan each on a device of its own:
+    (accumulation, micro-batch, recompute, {side: bytes}) or None."""
+    divisors = [a for a in range(1, examples + 1) if examples % a == 0]
+    for recompute in (False, True):
+        for accumulation in divisors:
+            micro = examples // accumulation
+            sides = {side: dataclasses.replace(plan, accumulation=accumulation).total_bytes(
+                micro, recompute) for side, plan in memory.sides.items()}
+            if max(sides.values()) <= budget_bytes:
+                return accumulation, micro, recompute, sides
+    return None
+
+
+def split_mode(model: Model, memory: memory_lib.Plan, count: int, budget_bytes: int
+               ) -> dict:
+    """The split placement on `count` devices: count / 2 replicas of two devices."""
+    if count % 2 or model.effective_batch % (count // 2):
+        return dict(possible=False, why=f"{count} device(s) do not make replicas of two "
+                                        f"that split the effective batch "
+                                        f"{model.effective_batch}")
+    examples = model.effective_batch // (count // 2)
+    fitted = fit_split(memory, examples, budget_bytes)
+    if fitted is None:
+        return dict(possible=True, fits=False, replicas=count // 2)
+    accumulation, micro, recompute, sides = fitted
+    # Per micro-batch: G's images to D for each D update, then for G's update the images
+    # to D and their gradients back.
+    transfers = (model.d_steps + 2) * accumulation * micro
+    return dict(possible=True, fits=True, replicas=count // 2, accumulation=accumulation,
+                micro_batch=micro, recompute=recompute,
+                memory_gib_per_device={side: round(b / memory_lib.GIB, 2)
+                                       for side, b in sides.items()},
+                extra_mib_per_step=transfers * model.image_bytes / 2 ** 20)
+
+
+def mode_needed(data: Optional[Tuple[int, int, bool]], split: dict) -> Tuple[str, str]:
+    """(mode, why): which placement the target needs. The split costs transfers and
+    halves the replicas, so it is needed only where one device per replica does not fit,
+    or fits only with recompute while the split fits without."""
+    if not split.get("fits"):
+        return ("data" if data else "none",
+                "one device per replica fits" if data else "the split does not fit either")
+    if data is None:
+        return "split", "one example per device does not fit, but G and D apart do"
+    if data[2] and not split["recompute"]:
+        return "split", (f"one device per replica fits only with recompute; G and D apart "
+                         f"fit {split['micro_batch']} examples per micro-batch without")
+    return "data", "one device per replica fits"
+
+
 def _advice(bottleneck: str, device: devices_lib.Device, precision: str, recompute: bool,
             accumulation: int, async_gain: float) -> List[str]:
     advice = []
@@ -192,15 +253,24 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     examples = model.effective_batch // count
     efficiency = catalogue.efficiency(device, precision)
     memory = model.memory[precision]
-    fitted = fit(memory, examples, int(device.memory_gib * memory_lib.GIB))
+    budget = int(device.memory_gib * memory_lib.GIB)
+    fitted = fit(memory, examples, budget)
+    split = split_mode(model, memory, count, budget) if memory.sides else {}
+    mode, why = (mode_needed(fitted, split) if split.get("possible") else
+                 ("data" if fitted else "none", split.get("why", "")))
     row = dict(target=target, device=device.name, count=count, precision=precision,
                peak_tflops_per_device=peak, efficiency=efficiency,
-               examples_per_replica=examples, memory_gib_per_device=device.memory_gib)
+               examples_per_replica=examples, memory_gib_per_device=device.memory_gib,
+               modes=dict(split=split, needed=mode, why=why))
+    split_advice = ([f"memory: model_parallel.placement='split' ({why}; "
+                     f"{split['extra_mib_per_step']:.0f} MiB per step between each "
+                     f"replica's two devices)"] if mode == "split" else [])
     if fitted is None:
         row.update(fits=False, bottleneck="memory",
-                   advice=["memory: one example per replica does not fit even with "
-                           "train.recompute=True: a device with more memory, or a smaller "
-                           "model"])
+                   advice=split_advice or
+                   ["memory: one example per replica does not fit even with "
+                    "train.recompute=True: a device with more memory, or a smaller "
+                    "model"])
         return row
     accumulation, micro, recompute = fitted
     step_flops = model.flops.at(micro).train_step(model.d_steps, accumulation)
@@ -240,7 +310,7 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
         wall_clock_hours=seconds / 3600, device_hours=seconds * count / 3600,
         bottleneck=bottleneck,
         advice=_advice(bottleneck, device, precision, recompute, accumulation, async_gain)
-        + ([f"caveat: {caveat}"] if caveat else []))
+        + split_advice + ([f"caveat: {caveat}"] if caveat else []))
     return row
 
 
@@ -258,6 +328,25 @@ def describe(row: dict) -> str:
             f"efficiency {row['weak_scaling_efficiency']:.0%}; {row['total_steps']:,} steps "
             f"in {row['wall_clock_hours']:.3g} h, {row['device_hours']:,.0f} device-hours; "
             f"bound by {row['bottleneck']}")
+
+
+def describe_modes(row: dict) -> str:
+    """One line: the placement `row`'s target needs and why, and the split's memory."""
+    modes = row["modes"]
+    split = modes["split"]
+    if not split:
+        return "placement: data parallelism (no split plan)"
+    if not split.get("possible"):
+        return f"placement: data parallelism; the split is not possible ({split['why']})"
+    if not split["fits"]:
+        shown = "does not fit"
+    else:
+        gib = split["memory_gib_per_device"]
+        shown = (f"{split['replicas']} replicas of 2 devices, {split['accumulation']} x "
+                 f"{split['micro_batch']}{' with recompute' if split['recompute'] else ''}, "
+                 f"G's device {gib['G']:.1f} GiB, D's {gib['D']:.1f} GiB, "
+                 f"{split['extra_mib_per_step']:.0f} MiB per step between them")
+    return f"placement: {modes['needed']} ({modes['why']}); split: {shown}"
 
 
 def calibrate(model: Model, device: devices_lib.Device, count: int, step_seconds: float,

@@ -35,6 +35,7 @@ from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
+from paragan_tf.distribute import placement as placement_lib
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import subject as subject_lib
@@ -74,6 +75,7 @@ class Settings:
     cluster: cluster.ClusterConfig
     augment: augment_lib.AugmentConfig
     penalties: penalties_lib.Penalties
+    model_parallel: placement_lib.ModelParallelConfig
 
     @staticmethod
     def read_cluster() -> Tuple[strategy_lib.StrategyConfig, cluster.ClusterConfig]:
@@ -88,7 +90,8 @@ class Settings:
                    inputs=tuning.InputConfig(), eval=EvalConfig(),
                    async_train=config_lib.AsyncConfig(),
                    strategy=strategy_lib.StrategyConfig(), cluster=cluster.ClusterConfig(),
-                   augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties())
+                   augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties(),
+                   model_parallel=placement_lib.ModelParallelConfig())
 
 
 @dataclasses.dataclass
@@ -109,6 +112,7 @@ class Experiment:
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
+    placement: placement_lib.Placement  # the devices of G and D within this replica
     # What D's inputs go through: augment.DiffAugment, ada.AdaptiveAugment or None.
     augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
@@ -153,7 +157,12 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     classes = class_groups.classes_for(source.num_classes)
     loss_fn = losses.loss()
     augment_settings, penalties = settings.augment, settings.penalties
-    strategy = strategy or strategy_lib.make_strategy(settings.strategy, settings.cluster)
+    if strategy is None:
+        placement_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
+        strategy = strategy_lib.make_strategy(settings.strategy, settings.cluster)
+    placement = placement_lib.make(settings.model_parallel, strategy)
+    if placement.split:
+        logging.info("model parallel: %s", placement.describe())
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
@@ -163,7 +172,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         # servers that is a second round trip per block, and it is untested there.
         raise ConfigError("train.recompute=True is not supported under "
                           "strategy.kind='parameter_server'; use a synchronous strategy")
-    layout = layout_lib.choose(layout_lib.detect(strategy), strategy, measured=measured)
+    layout = layout_lib.choose(layout_lib.detect(strategy), strategy, measured=measured,
+                               xla_blocked=placement.xla_blocker())
     layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
@@ -171,17 +181,25 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     shape = dict(resolution=data.resolution, num_classes=source.num_classes,
                  channel_multiple=layout.channel_multiple)
     with strategy.scope():
-        generator = biggan.Generator(out_channels=source.channels, recompute=config.recompute,
-                                     **shape)
-        discriminator = biggan.Discriminator(recompute=config.recompute, **shape)
-        generator_ema = biggan.Generator(out_channels=source.channels, name="generator_ema",
-                                         **shape)
-        biggan.build(generator, discriminator, source.channels)
-        generator_ema((tf.zeros([2, generator_ema.dim_z]), tf.zeros([2], tf.int32)))
+        with placement.g_variables():
+            generator = biggan.Generator(out_channels=source.channels,
+                                         recompute=config.recompute, **shape)
+            generator_ema = biggan.Generator(out_channels=source.channels,
+                                             name="generator_ema", **shape)
+        with placement.d_variables():
+            discriminator = biggan.Discriminator(recompute=config.recompute, **shape)
+        # Keras makes a model's variables at its first call: each under its placement.
+        with placement.g_variables():
+            biggan.build_generator(generator)
+            biggan.build_generator(generator_ema)
+        with placement.d_variables():
+            biggan.build_discriminator(discriminator, data.resolution, source.channels)
         g_optimizer, d_optimizer = optimizers.make_optimizers(
             config.batch_size * config.accumulation)
-        g_optimizer.build(generator.trainable_variables)
-        d_optimizer.build(discriminator.trainable_variables)
+        with placement.g_variables():
+            g_optimizer.build(generator.trainable_variables)
+        with placement.d_variables():
+            d_optimizer.build(discriminator.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         health = bookkeeping_lib.Health(
             tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_steps"),
@@ -207,7 +225,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                       generator_ema=generator_ema, g_optimizer=g_optimizer,
                       d_optimizer=d_optimizer, step=step, health=health,
                       input_state=input_state, ema=ema, bookkeeping=bookkeeping,
-                      loss_fn=loss_fn, classes=classes, layout=layout, augment=augment,
+                      loss_fn=loss_fn, classes=classes, layout=layout, placement=placement,
+                      augment=augment,
                       lecam_state=lecam_state, operative_config=gin.operative_config_str())
 
 
@@ -269,6 +288,11 @@ def memory_plan(exp: Experiment, memory_gib: Optional[float] = None,
     cfg = exp.settings.train
     report = plan.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
     report["recompute"] = cfg.recompute
+    if exp.placement.split:  # the replica's two devices, each holding one network
+        report["devices"] = {
+            f"{side} ({device})": plan.sides[side].report(
+                cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
+            for side, device in (("G", exp.placement.g_device), ("D", exp.placement.d_device))}
     report["memory_source"] = ("--memory_gib" if memory_gib else
                                f"detected {exp.layout.hardware.accelerator}" if budget else
                                "unknown: pass --memory_gib")
@@ -322,7 +346,8 @@ def model_of(exp: Experiment, memory: Dict[str, memory_lib.Plan],
         g_params=biggan.count_trainable(exp.generator),
         d_params=biggan.count_trainable(exp.discriminator),
         effective_batch=cfg.batch_size * cfg.accumulation, d_steps=cfg.d_steps,
-        total_steps=cfg.total_steps)
+        total_steps=cfg.total_steps,
+        image_bytes=4 * exp.settings.data.resolution ** 2 * exp.source.channels)
 
 
 def plan_line(exp: Experiment, memory: memory_lib.Plan) -> str:

@@ -271,6 +271,11 @@ def settle(settings, allow_measuring: bool = True,
         progress(f"layout: the rules decide under strategy.kind={kind!r} (every worker of "
                  f"a multi-process job would measure alone)")
         return None
+    if settings.model_parallel.placement != "replica":
+        progress(f"layout: the rules decide under model_parallel.placement="
+                 f"{settings.model_parallel.placement!r} (tuning tries XLA, which cannot "
+                 f"compile a step spread over devices)")
+        return None
     pins = layout_lib.configured()
     hardware = layout_lib.detect()  # physical devices only: TensorFlow stays uninitialised
     precision = layout_lib.run_precision(hardware, pins.get("precision", "auto"))

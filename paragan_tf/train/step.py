@@ -8,6 +8,11 @@ each loss by its network's scale before the tape's gradient and divides the
 gradients by it in float32 (train/optimizers.py); R1/R2's input gradient is taken
 of D's scaled logits and divided back in float32, as StyleGAN's TensorFlow code
 does (see _gradient_penalties).
+
+With a split placement (distribute/placement.py) G's ops run on G's device and D's on
+D's, and G's update is differentiated in two parts: D's tape to the images on D's
+device, then G's tape from those image gradients on G's device. Without one both
+scopes are no-ops; the two-part backward is the same arithmetic either way.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf.distribute import placement as placement_lib
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses as losses_lib
@@ -64,11 +70,14 @@ class GANStep:
 
     lecam_state: float32 [2], the moving averages of D's mean real and fake logits
     (LeCam); required when penalties.lecam_weight > 0, updated after each D update.
+    placement: the devices of G's and D's ops in this replica (default: the replica's).
     """
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model,
                  g_optimizer, d_optimizer, loss_fn: losses_lib.LossFn, config: StepConfig,
-                 lecam_state: Optional[tf.Variable] = None):
+                 lecam_state: Optional[tf.Variable] = None,
+                 placement: placement_lib.Placement = placement_lib.Placement()):
+        self.placement = placement
         self.generator, self.discriminator = generator, discriminator
         self.g_optimizer, self.d_optimizer = g_optimizer, d_optimizer
         self.loss_fn, self.config = loss_fn, config
@@ -93,22 +102,24 @@ class GANStep:
         images, labels = real
         z, fake_labels = noise
         if fakes is None:  # else made earlier by some G (the sample buffer)
-            fakes = self.generator((z, fake_labels), training=True)
-        fakes = tf.stop_gradient(fakes)
-        # One D call on real+fake: one SN power iteration per update, one big batch.
-        inputs = self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0), z, 1)
-        both_labels = tf.concat([fake_labels, labels], 0)
-        with tf.GradientTape() as tape:
-            logits = self.discriminator((inputs, both_labels), training=True)
-            fake_logits, real_logits = tf.split(logits, 2)
-            d_loss, _ = self.loss_fn(real_logits, fake_logits, fake_logits)
-            if self.config.penalties.any:
-                d_loss += self._d_penalties(inputs, both_labels, real_logits, fake_logits, z)
-            loss = average_over_global_batch(d_loss, self.config.global_batch_size)
-            loss /= self.config.accumulation
-            scaled = optimizers_lib.scaled(loss, self.d_optimizer)
-        grads = optimizers_lib.unscaled(
-            tape.gradient(scaled, self.discriminator.trainable_variables), self.d_optimizer)
+            with self.placement.on_g():
+                fakes = self.generator((z, fake_labels), training=True)
+        with self.placement.on_d():
+            fakes = tf.stop_gradient(fakes)
+            # One D call on real+fake: one SN power iteration per update, one big batch.
+            inputs = self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0), z, 1)
+            both_labels = tf.concat([fake_labels, labels], 0)
+            with tf.GradientTape() as tape:
+                logits = self.discriminator((inputs, both_labels), training=True)
+                fake_logits, real_logits = tf.split(logits, 2)
+                d_loss, _ = self.loss_fn(real_logits, fake_logits, fake_logits)
+                if self.config.penalties.any:
+                    d_loss += self._d_penalties(inputs, both_labels, real_logits, fake_logits, z)
+                loss = average_over_global_batch(d_loss, self.config.global_batch_size)
+                loss /= self.config.accumulation
+                scaled = optimizers_lib.scaled(loss, self.d_optimizer)
+            grads = optimizers_lib.unscaled(
+                tape.gradient(scaled, self.discriminator.trainable_variables), self.d_optimizer)
         return loss, grads, real_logits, fake_logits
 
     def _d_penalties(self, inputs, labels, real_logits, fake_logits, z) -> tf.Tensor:
@@ -179,26 +190,37 @@ class GANStep:
             self.config.augment.observe(sums[2], tf.constant(count), applied)
 
     def _g_micro(self, noise: Batch, real: Optional[Batch] = None):
-        """real: a real batch for losses that pair G's images with real ones (relativistic)."""
+        """real: a real batch for losses that pair G's images with real ones (relativistic).
+
+        Differentiated in two parts (see the module doc): D's tape gives the loss's
+        gradient with respect to G's images, G's tape takes it from there.
+        """
         z, fake_labels = noise
-        with tf.GradientTape() as tape:
+        with self.placement.on_g(), tf.GradientTape() as g_tape:
             fakes = self.generator((z, fake_labels), training=True)
-            if getattr(self.loss_fn, "pairs_real", False):
-                images, labels = real
-                logits = self.discriminator(
-                    (self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0), z, 3),
-                     tf.concat([fake_labels, labels], 0)), training=True)
-                logits, real_logits = tf.split(logits, 2)
-            else:
-                logits = self.discriminator((self._augmented(fakes, z, 3), fake_labels),
-                                            training=True)
-                real_logits = logits
-            _, g_loss = self.loss_fn(real_logits, logits, logits)
-            loss = average_over_global_batch(g_loss, self.config.global_batch_size)
-            loss /= self.config.accumulation
-            scaled = optimizers_lib.scaled(loss, self.g_optimizer)
-        grads = optimizers_lib.unscaled(
-            tape.gradient(scaled, self.generator.trainable_variables), self.g_optimizer)
+        with self.placement.on_d():
+            with tf.GradientTape(watch_accessed_variables=False) as d_tape:
+                d_tape.watch(fakes)
+                if getattr(self.loss_fn, "pairs_real", False):
+                    images, labels = real
+                    logits = self.discriminator(
+                        (self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0),
+                                         z, 3),
+                         tf.concat([fake_labels, labels], 0)), training=True)
+                    logits, real_logits = tf.split(logits, 2)
+                else:
+                    logits = self.discriminator((self._augmented(fakes, z, 3), fake_labels),
+                                                training=True)
+                    real_logits = logits
+                _, g_loss = self.loss_fn(real_logits, logits, logits)
+                loss = average_over_global_batch(g_loss, self.config.global_batch_size)
+                loss /= self.config.accumulation
+                scaled = optimizers_lib.scaled(loss, self.g_optimizer)
+            fake_grads = d_tape.gradient(scaled, fakes)
+        with self.placement.on_g():
+            grads = optimizers_lib.unscaled(
+                g_tape.gradient(fakes, self.generator.trainable_variables,
+                                output_gradients=fake_grads), self.g_optimizer)
         return loss, grads, fakes
 
     def _ortho_gradients(self) -> List[tf.Tensor]:
@@ -207,10 +229,12 @@ class GANStep:
         Divided by the replica count: every replica adds it and the sum is all-reduced.
         """
         variables = self.generator.trainable_variables
-        with tf.GradientTape() as tape:
-            reg = tf.nn.scale_regularization_loss(
-                self.config.ortho_reg * regularizers.orthogonal(self.generator))
-        return tape.gradient(reg, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        with self.placement.on_g():
+            with tf.GradientTape() as tape:
+                reg = tf.nn.scale_regularization_loss(
+                    self.config.ortho_reg * regularizers.orthogonal(self.generator))
+            return tape.gradient(reg, variables,
+                                 unconnected_gradients=tf.UnconnectedGradients.ZERO)
 
     @staticmethod
     def _add(acc, grads):

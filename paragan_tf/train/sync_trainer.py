@@ -49,7 +49,7 @@ def make_gan_step(exp: experiment_lib.Experiment) -> step_lib.GANStep:
         step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
                             cfg.ortho_reg, cfg.simultaneous, exp.augment,
                             exp.settings.penalties),
-        lecam_state=exp.lecam_state)
+        lecam_state=exp.lecam_state, placement=exp.placement)
 
 
 def real_batches(exp: experiment_lib.Experiment, seed: int,

@@ -312,6 +312,40 @@ def test_fit_takes_the_fewest_micro_batches_then_recompute():
     assert plan.fit(memory, 64, 100) is None
 
 
+def test_the_split_plan_puts_each_network_and_its_state_on_its_own_device(imagenet128):
+    memory = imagenet128.memory["float32"]
+    g, d = memory.sides["G"], memory.sides["D"]
+    assert g.fixed_bytes + d.fixed_bytes == memory.fixed_bytes
+    assert g.ema_bytes == memory.ema_bytes > 0 and d.ema_bytes == 0
+    assert g.gradient_bytes["d_update"] == d.gradient_bytes["g_update"] == 0
+    for update in ("d_update", "g_update"):
+        for recompute in (False, True):
+            whole = memory.activation_bytes(update, 16, recompute)
+            parts = [side.activation_bytes(update, 16, recompute) for side in (g, d)]
+            # Every buffer is on one side: the whole's peak is at most the sides' peaks
+            # summed, and at least each side's.
+            assert max(parts) <= whole <= sum(parts), (update, recompute, parts, whole)
+            assert min(parts) < whole
+    # D's update runs only G's forward on G's device (nothing kept for a backward).
+    assert g.activation_bytes("d_update", 16, False) < d.activation_bytes("d_update", 16, False)
+    row = _row(imagenet128, "v100x8")
+    split = row["modes"]["split"]
+    assert split["fits"] and split["replicas"] == 4
+    assert split["extra_mib_per_step"] == pytest.approx(
+        (imagenet128.d_steps + 2) * split["accumulation"] * split["micro_batch"]
+        * 4 * 128 * 128 * 3 / 2 ** 20)
+    assert row["modes"]["needed"] in ("data", "split")
+
+
+def test_the_mode_a_target_needs():
+    fits = dict(fits=True, accumulation=2, micro_batch=8, recompute=False)
+    assert plan.mode_needed(None, fits)[0] == "split"
+    assert plan.mode_needed((4, 4, True), fits)[0] == "split"
+    assert plan.mode_needed((4, 4, False), fits)[0] == "data"
+    assert plan.mode_needed((4, 4, True), dict(fits=False))[0] == "data"
+    assert plan.mode_needed(None, dict(fits=False))[0] == "none"
+
+
 def test_the_plan_binary_prints_writes_and_refuses_by_name(tmp_path):
     from tests.helpers.repo import run_binary
     output = tmp_path / "plan.json"

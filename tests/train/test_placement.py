@@ -1,0 +1,171 @@
+"""G and D on two devices within a replica (distribute/placement.py, train/step.py): every
+variable and op on its network's device, the split training run equal to the unsplit one with
+every step feature on (and its checkpoint and evaluation too), the NaN guard, and what is
+refused by name."""
+
+from __future__ import annotations
+
+import re
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from paragan_tf.distribute import placement as placement_lib
+from paragan_tf.errors import ConfigError
+from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.train import driver
+from paragan_tf.train import experiment
+from paragan_tf.train import sync_trainer
+from tests.helpers.training import mirrored_2
+
+G_DEVICE, D_DEVICE = 0, 1  # the logical CPUs conftest.py makes
+# Every step feature that touches placement: two D steps, two accumulated micro-batches,
+# EMA from the first step, R1 and LeCam on D, the orthogonal regulariser on G, clipping.
+# SGD: an update proportional to the gradient, so a gradient mismatch shows as one (Adam's
+# first steps are ~lr * sign(g): a round-off in a near-zero gradient flips a whole step).
+FEATURES = ("train.d_steps = 2", "train.accumulation = 2", "train.ema_decay = 0.5",
+            "penalties.r1_gamma = 1.0", "penalties.lecam_weight = 0.1",
+            "train.ortho_reg = 1e-4", "train.clip_norm = 10.0", "dataset.shuffle_buffer = 1",
+            "G/optimizer.name = 'sgd'", "D/optimizer.name = 'sgd'",
+            "G/optimizer.learning_rate = 0.05", "D/optimizer.learning_rate = 0.05")
+
+
+def _one_device():
+    return tf.distribute.OneDeviceStrategy("/cpu:0")
+
+
+def _weights(exp):
+    return {v.name: v.numpy() for m in (exp.generator, exp.discriminator, exp.generator_ema)
+            for v in m.variables}
+
+
+def _index(device: str) -> int:
+    return tf.DeviceSpec.from_string(device).device_index
+
+
+def _split(tiny_gin, *bindings):
+    tiny_gin("model_parallel.placement = 'split'", *bindings)
+    return experiment.build(_one_device())
+
+
+def test_every_variable_lives_on_its_networks_device(tiny_gin):
+    exp = _split(tiny_gin)
+    assert exp.placement.split
+    g_side = (exp.generator.variables + exp.generator_ema.variables +
+              exp.g_optimizer.variables())
+    d_side = exp.discriminator.variables + exp.d_optimizer.variables()
+    # The optimizers' scalar counters are made with the optimizer, on the replica's device.
+    assert {_index(v.device) for v in g_side if v.shape.rank} == {G_DEVICE}
+    assert {_index(v.device) for v in d_side if v.shape.rank} == {D_DEVICE}
+    assert len([v for v in exp.d_optimizer.variables() if v.shape.rank]) == \
+        2 * len(exp.discriminator.trainable_variables)  # Adam's two slots per weight
+
+
+def test_every_op_of_the_step_runs_on_its_networks_device(tiny_gin):
+    """D's backward in G's update included: one tape over both networks, or D's tape
+    differentiated outside D's scope, leaves those ops without a device (they land on the
+    first one); this fails then."""
+    exp = _split(tiny_gin, "train.d_steps = 1", "penalties.r1_gamma = 1.0")
+    gan_step = sync_trainer.make_gan_step(exp)
+    real = [(tf.zeros([8, 32, 32, 1]), tf.zeros([8], tf.int32))]
+    noise = [(tf.zeros([8, 16]), tf.zeros([8], tf.int32))] * 2
+    graph = tf.function(lambda r, n: exp.strategy.run(gan_step, args=(r, n)),
+                        autograph=False).get_concrete_function(real, noise).graph
+    devices = {"generator": set(), "discriminator": set()}
+    for op in graph.get_operations():
+        if op.type in ("ReadVariableOp", "Placeholder"):
+            continue  # a read runs where its variable lives; a capture is an input
+        for network, found in devices.items():
+            # A model's n-th call in a graph is named network_n.
+            if re.match(rf"(gradient_tape/)?{network}(_\d+)?/", op.name):
+                found.add(_index(op.device) if op.device else None)
+    backward = [op for op in graph.get_operations()
+                if re.match(r"gradient_tape/discriminator(_\d+)?/", op.name)]
+    assert len(backward) > 100  # D's backward (its update's, R1's and G's update's) is here
+    assert devices == {"generator": {G_DEVICE}, "discriminator": {D_DEVICE}}, devices
+
+
+def _train(tiny_gin, model_dir, placement: str, *bindings):
+    tiny_gin(f"model_parallel.placement = '{placement}'", "train.total_steps = 2",
+             "train.checkpoint_every = 2", *FEATURES, *bindings)
+    exp = experiment.build(_one_device())
+    before = _weights(exp)
+    result = driver.train(exp, str(model_dir))
+    return exp, before, result
+
+
+def test_split_training_equals_one_device_and_its_checkpoint_and_evaluation_too(
+        tiny_gin, tmp_path, mnist_classifier):
+    classifier, _ = mnist_classifier
+    evaluation = (f"eval.classifier_path = '{classifier}'", "eval.num_samples = 120",
+                  "eval.num_real = 120", "eval.batch_size = 60")
+    runs, evaluations = {}, {}
+    for placement in ("replica", "split"):
+        exp, before, result = _train(tiny_gin, tmp_path / placement, placement, *evaluation)
+        assert np.isfinite(result["loss/G"]) and result["step"] == 2
+        runs[placement] = before, _weights(exp)
+        evaluations[placement] = evaluator_lib.Evaluator(
+            experiment.eval_subject(exp), str(tmp_path / placement / "eval")).evaluate(2)
+        gin.clear_config()
+    (init_1, one), (init_2, split) = runs["replica"], runs["split"]
+    moved, off = {}, {}
+    for name in one:
+        np.testing.assert_array_equal(init_2[name], init_1[name], err_msg=name)
+        network = name.split("/")[0]
+        moved[network] = max(moved.get(network, 0.0),
+                             float(np.max(np.abs(one[name] - init_1[name]))))
+        off[network] = max(off.get(network, 0.0), float(np.max(np.abs(split[name] - one[name]))))
+    assert min(moved.values()) > 1e-3, moved  # G, D and EMA G all really moved
+    # Per network, the largest difference against the largest update. Measured: 1.9e-7 (G),
+    # 3.2e-7 (D), 2.2e-7 (EMA G): float round-off. A split whose G backward dropped D's
+    # image gradients (G's gradients of the images' sum instead) was 0.066 off for G.
+    for network in moved:
+        assert off[network] < 1e-5 * moved[network], (network, off[network], moved[network])
+    for key, value in evaluations["replica"].items():
+        assert evaluations["split"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    # The split run's checkpoint restores into an unsplit build: the same weights.
+    restored, _ = experiment.restore(str(tmp_path / "split"),
+                                     gin_bindings=["model_parallel.placement = 'replica'"])
+    assert not restored.placement.split
+    for name, value in _weights(restored).items():
+        np.testing.assert_array_equal(value, split[name], err_msg=name)
+
+
+def test_a_nan_in_a_split_step_skips_both_updates_and_restores_both_devices_state(tiny_gin):
+    exp = _split(tiny_gin, "train.d_steps = 1")
+    gan_step = sync_trainer.make_gan_step(exp)
+    noise = [(tf.random.normal([8, 16], seed=i), tf.range(8) % 10) for i in range(2)]
+    images = tf.random.uniform([8, 32, 32, 1], -1, 1, seed=1)
+    poisoned = tf.tensor_scatter_nd_update(images, [[0, 3, 3, 0]], [float("nan")])
+    run = tf.function(lambda r, n: exp.strategy.run(gan_step, args=(r, n)), autograph=False)
+    before = _weights(exp)  # SN vectors and BN statistics included: the guard puts them back
+    out = run([(poisoned, tf.range(8) % 10)], noise)
+    assert float(out["health/skipped"]) == 1.0
+    for name, value in _weights(exp).items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    out = run([(images, tf.range(8) % 10)], noise)  # clean: both move (the check can fail)
+    assert float(out["health/skipped"]) == 0.0
+    after = _weights(exp)
+    for network in ("generator/", "discriminator/"):
+        assert any(not np.array_equal(after[n], before[n]) for n in after
+                   if n.startswith(network)), network
+
+
+def test_what_a_split_cannot_run_under_is_refused_by_name(tiny_gin):
+    tiny_gin("model_parallel.placement = 'split'")
+    with pytest.raises(ConfigError, match="placement='split' is available under strategy.kind "
+                                          "in .* only, not MirroredStrategy"):
+        experiment.build(mirrored_2())
+    for kind in ("mirrored", "parameter_server", "tpu"):
+        with pytest.raises(ConfigError, match=f"only, not {kind!r}"):
+            placement_lib.prepare_devices(placement_lib.ModelParallelConfig(placement="split"),
+                                          kind)
+    gin.clear_config()
+    tiny_gin("model_parallel.placement = 'split'", "layout.xla = 'on'")
+    with pytest.raises(ConfigError, match="layout.xla='on' cannot be used here: "
+                                          "model_parallel.placement='split'"):
+        experiment.build(_one_device())
+    with pytest.raises(ConfigError, match="model_parallel.placement='pipe' is unknown"):
+        placement_lib.ModelParallelConfig(placement="pipe")
