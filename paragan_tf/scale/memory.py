@@ -136,16 +136,15 @@ def _measure(fn, specs) -> Dict[Optional[str], Activations]:
             for side, device in [(None, None)] + list(SIDE_DEVICES.items())}
 
 
-def update_activations(generator, discriminator, recompute: bool = False,
-                       side: Optional[str] = None) -> Dict[str, Activations]:
+def update_activations(generator, discriminator,
+                       recompute: bool = False) -> Dict[str, Activations]:
     """Live bytes of D's update (D on real + fake) and G's (G then D) over their replay.
 
     Traces each update's loss and gradients as train/step.py computes them, with the
     models' blocks rematerialised or not, G's ops on one device and D's on another (as
     model_parallel.placement='split' places them; the names only label the graph).
-    side: 'G' or 'D': the live bytes on that network's device alone; None: all.
     """
-    return _update_activations(generator, discriminator, recompute)[side]
+    return _update_activations(generator, discriminator, recompute)[None]
 
 
 def _update_activations(generator, discriminator, recompute: bool

@@ -146,29 +146,34 @@ def fit(memory: memory_lib.Plan, examples: int, budget_bytes: int
         ) -> Optional[Tuple[int, int, bool]]:
     """(accumulation, micro-batch, recompute): the fewest micro-batches that fit, without
     recompute if possible; None if one example does not fit even with recompute."""
+    return _fewest(examples, lambda accumulation, micro, recompute: dataclasses.replace(
+        memory, accumulation=accumulation).total_bytes(micro, recompute) <= budget_bytes)
+
+
+def _fewest(examples: int, fits) -> Optional[Tuple[int, int, bool]]:
+    """The first (accumulation, micro-batch, recompute) that `fits`, fewest micro-batches
+    first, without recompute before with it; None if none does."""
     divisors = [a for a in range(1, examples + 1) if examples % a == 0]
     for recompute in (False, True):
         for accumulation in divisors:
-            micro = examples // accumulation
-            plan = dataclasses.replace(memory, accumulation=accumulation)
-            if plan.total_bytes(micro, recompute) <= budget_bytes:
-                return accumulation, micro, recompute
+            if fits(accumulation, examples // accumulation, recompute):
+                return accumulation, examples // accumulation, recompute
     return None
+
+
+def _side_bytes(memory: memory_lib.Plan, accumulation: int, micro: int,
+                recompute: bool) -> Dict[str, int]:
+    return {side: dataclasses.replace(plan, accumulation=accumulation).total_bytes(
+        micro, recompute) for side, plan in memory.sides.items()}
 
 
 def fit_split(memory: memory_lib.Plan, examples: int, budget_bytes: int
               ) -> Optional[Tuple[int, int, bool, Dict[str, int]]]:
     """As `fit`, with G's side and D's side of the plan each on a device of its own:
     (accumulation, micro-batch, recompute, {side: bytes}) or None."""
-    divisors = [a for a in range(1, examples + 1) if examples % a == 0]
-    for recompute in (False, True):
-        for accumulation in divisors:
-            micro = examples // accumulation
-            sides = {side: dataclasses.replace(plan, accumulation=accumulation).total_bytes(
-                micro, recompute) for side, plan in memory.sides.items()}
-            if max(sides.values()) <= budget_bytes:
-                return accumulation, micro, recompute, sides
-    return None
+    fitted = _fewest(examples, lambda *at: max(_side_bytes(memory, *at).values())
+                     <= budget_bytes)
+    return None if fitted is None else (*fitted, _side_bytes(memory, *fitted))
 
 
 def split_mode(model: Model, memory: memory_lib.Plan, count: int, budget_bytes: int
