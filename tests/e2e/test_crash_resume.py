@@ -80,10 +80,13 @@ def test_sigkill_anywhere_then_relaunch_resumes_exactly(tmp_path, tiny_gin):
         log = str(tmp_path / f"attempt{attempt}.log")
         proc = _launch(model_dir, log)
         begun = _newest_step(model_dir)
-        # Let the relaunched run write a checkpoint of its own first.
-        _wait_for(lambda: _newest_step(model_dir) > begun, proc, log)
+        # Let the relaunched run write a checkpoint of its own first. Polled every 50 ms:
+        # reading the checkpoint state 2,000 times a second through the start-up would
+        # take a core from the run (and from the tests beside this one).
+        _wait_for(lambda: _newest_step(model_dir) > begun, proc, log, poll=0.05)
         if attempt == 0:
-            # In the middle of a save: TensorFlow writes into ckpt-N_temp first.
+            # In the middle of a save: TensorFlow writes into ckpt-N_temp first (a
+            # directory listing every 0.5 ms: the window is short).
             _wait_for(lambda: any("_temp" in f for f in os.listdir(model_dir)), proc, log)
             moment = "during a save"
         else:

@@ -31,11 +31,12 @@ def _one_device():
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
-# Every pair of (loss, d_steps, BN mode) values occurs in some case: pairwise coverage in
-# half the cases of the full product (each case builds and traces a whole training loop).
+# Every loss, both d_steps values and both BN modes, each in some case (each case builds
+# and traces a whole training loop; the two-replica SyncBN one costs most). A loss is a
+# function of the logits alone (objective/losses.py), so it cannot interact with the
+# other two: their pairs need no cases of their own.
 @pytest.mark.parametrize("loss,d_steps,sync_bn", [
-    ("hinge", 1, False), ("hinge", 2, True), ("non_saturating", 1, True),
-    ("non_saturating", 2, False), ("wasserstein", 1, False), ("wasserstein", 2, True)])
+    ("hinge", 2, True), ("non_saturating", 1, False), ("wasserstein", 2, False)])
 def test_one_step_trains_every_loss_d_steps_and_bn_mode(tiny_gin, tmp_path, loss, d_steps,
                                                         sync_bn):
     tiny_gin(f"loss.fn = @{loss}", f"train.d_steps = {d_steps}", f"Generator.sync_bn = {sync_bn}",
@@ -253,8 +254,12 @@ def test_nan_in_a_real_batch_skips_the_update_of_both_networks(tiny_gin, two_rep
     assert int(exp.g_optimizer.iterations.numpy()) == 1
 
 
-@pytest.mark.parametrize("resolution", [32, 64, 128, 256, 512, 1024])
-def test_bfloat16_step_at_every_resolution(policy, resolution):
+# 32 px: the architecture without attention; 128 px: the smallest with attention in both
+# networks (D's first block halves 64 px before its attention). Larger sizes only add the
+# same blocks: models/test_biggan.py checks every size's shapes, and
+# e2e/test_binaries.py trains the 1024 px config.
+@pytest.mark.parametrize("resolution", [32, 128])
+def test_bfloat16_step_at_every_architecture(policy, resolution):
     """Shared embedding, hierarchical z and attention under mixed_bfloat16 (this crashed)."""
     policy("mixed_bfloat16")
     g, d, step = _tiny_step(resolution)
