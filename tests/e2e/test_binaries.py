@@ -200,8 +200,9 @@ def test_sigterm_saves_a_checkpoint_and_a_relaunch_finishes_and_both_release_the
 def test_1024px_config_trains_a_step_with_recompute(tmp_path):
     """gin/biggan_1024.gin's architecture (narrow: ch 4 / 8, a two-class folder of small
     PNGs resized to 1024 px) end to end: a bf16-or-auto step (one D update, one G update)
-    with every block rematerialised, a checkpoint and a sample grid. Mechanics only: no 1024 px dataset
-    installs here. Two classes, not ten: the grid is drawn eagerly, 1024 px a row."""
+    with every block rematerialised, a checkpoint and a sample grid. Mechanics only: no
+    1024 px dataset installs here. Two classes, not ten: the grid is drawn eagerly, 1024 px
+    a row."""
     rng = np.random.default_rng(0)
     for cls in ("a", "b"):
         os.makedirs(tmp_path / "images" / cls)
