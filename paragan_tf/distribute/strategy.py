@@ -20,7 +20,7 @@ kinds:
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Sequence
 
 import gin
 import tensorflow as tf
@@ -140,6 +140,15 @@ class StrategyConfig:
     @property
     def multi_process(self) -> bool:
         return self.kind in ("multi_worker_mirrored", "parameter_server")
+
+
+def local_copies(variable) -> Sequence[tf.Variable]:
+    """A variable's copies in this process: one per local replica for a distributed
+    variable (which may hold a different value in each: sharded Adam's moments,
+    train/sharded_adam.py), the variable itself otherwise."""
+    if isinstance(variable, tf.distribute.DistributedValues):
+        return variable.values
+    return (variable,)
 
 
 def make_strategy(config: StrategyConfig,

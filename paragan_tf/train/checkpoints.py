@@ -28,6 +28,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
 from paragan_tf.train import model_dir as model_dir_lib
@@ -101,7 +102,7 @@ class Checkpointer:
         # A mismatch surfaces part-way through the restore, after some variables were
         # assigned: put those back, so a failed restore leaves nothing half-loaded.
         variables = self._variables()
-        before = [v.numpy() for v in variables]
+        before = [[part.numpy() for part in strategy_lib.local_copies(v)] for v in variables]
         try:
             status = self.checkpoint.restore(path)
             try:
@@ -118,8 +119,9 @@ class Checkpointer:
                                 "loss scale, which only one side has (a change of precision)"
                                 if "loss_scale" in str(e) else "restored")
         except RESTORE_ERRORS + UNREADABLE as e:
-            for variable, value in zip(variables, before):
-                variable.assign(value)
+            for variable, values in zip(variables, before):
+                for part, value in zip(strategy_lib.local_copies(variable), values):
+                    part.assign(value)
             if isinstance(e, UNREADABLE):
                 raise
             raise mismatch_error(path, e) from None
@@ -136,7 +138,8 @@ class Checkpointer:
     def check_finite(self, step: int) -> None:
         """Raises Diverged naming the first variable holding NaN or Inf."""
         for variable in (v for v in self._variables() if v.dtype.is_floating):
-            if not np.all(np.isfinite(variable.numpy())):
+            copies = strategy_lib.local_copies(variable)  # sharded Adam: a value per replica
+            if not all(np.all(np.isfinite(copy.numpy())) for copy in copies):
                 raise Diverged(
                     f"not writing the checkpoint of step {step}: {variable.name} holds NaN or "
                     f"Inf; the newest checkpoint ({self.latest}) is the last finite one")

@@ -31,6 +31,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.train import optimizers as optimizers_lib
+from paragan_tf.train import sharded_adam
 
 
 def all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):
@@ -51,6 +52,10 @@ def apply_if(healthy: tf.Tensor, optimizer, grads: List[tf.Tensor], norm: tf.Ten
     applied or not."""
     if clip_norm > 0:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
+    if isinstance(optimizer, sharded_adam.ShardedAdam):
+        # Computed on every replica's slice and kept only when healthy: no branch.
+        optimizer.apply(healthy, grads, variables)
+        return
     scaler = optimizers_lib.loss_scaler(optimizer)
     inner = optimizer if scaler is None else scaler.inner_optimizer
 
