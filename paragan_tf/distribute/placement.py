@@ -12,6 +12,13 @@ second, and every op of the step runs beside the weights it reads (train/step.py
   networks would leave D's backward ops without a device: they would land on the
   first device and hold D's activations there.
 
+With `model_parallel.stages=S` each network's residual blocks are split further into S
+contiguous pipeline stages on devices of their own (models/staging.py: each block's forward
+and backward on its stage's device), balanced by each block's estimated bytes (its
+weights, their Adam moments and EMA copy, its activations at the per-replica batch): G's
+stages on devices 0..S-1 and, with the split, D's on S..2S-1; without it D's stage i
+shares device i with G's.
+
 So each device holds one network, its optimizer state and its activations: the gain is
 memory. Accumulated micro-batches (`train.accumulation`) are independent, so G's next
 micro-batch can run while D works on the previous one; on separate accelerators that
@@ -33,23 +40,20 @@ Other strategies are refused by name: a MirroredStrategy replica is one device b
 TensorFlow's design, parameter-server closures run on one worker device, TPU replicas are
 cores.
 
-The variables are placed through the strategy's own `colocate_with` hook, the one way a
-strategy's scope lets a variable live on a device other than the replica's: a
-`numpy_dataset.SingleDevice` under OneDeviceStrategy (a plain variable there), a device
-list under MultiWorkerMirrored (a mirrored variable with one copy per worker, on that
-device, which its optimizer updates through the strategy like any other).
+The variables are placed as models/staging.py's `variables_on` places them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Optional
+from typing import Optional, Tuple
 
 import gin
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.models import staging
 
 PLACEMENTS = ("replica", "split")
 
@@ -60,122 +64,163 @@ class ModelParallelConfig:
     """Where the networks live within a replica (`model_parallel.*` in gin).
 
     Attributes:
-      placement: 'replica': G and D on the replica's one device (data parallelism
-        only); 'split': G, EMA G and G's optimizer on the replica's first device, D and
-        its optimizer on its second (see the module doc).
+      placement: 'replica': G and D on the replica's devices together (data parallelism
+        only, unless `stages` > 1); 'split': G, EMA G and G's optimizer on the replica's
+        first device(s), D and its optimizer on the next (see the module doc).
+      stages: pipeline stages per network: its residual blocks over this many devices.
+      shard_optimizer: keep Adam's moments 1/N per replica over the N replicas (ZeRO
+        stage 1, train/sharded_adam.py); under one_device, mirrored and
+        multi_worker_mirrored, with the replica placement and one stage.
     """
 
     placement: str = "replica"
+    stages: int = 1
+    shard_optimizer: bool = False
 
     def __post_init__(self):
         if self.placement not in PLACEMENTS:
             raise ConfigError(f"model_parallel.placement={self.placement!r} is unknown; "
                               f"choose one of {list(PLACEMENTS)}")
+        if self.stages < 1:
+            raise ConfigError(f"model_parallel.stages={self.stages} must be >= 1")
+        if self.shard_optimizer and self.spread:
+            raise ConfigError(f"model_parallel.shard_optimizer=True is not available with "
+                              f"model_parallel.placement={self.placement!r} and "
+                              f"model_parallel.stages={self.stages} (not built yet); shard "
+                              f"with one device per replica")
+
+    @property
+    def spread(self) -> bool:
+        """Whether a replica spans more than one device."""
+        return self.devices_per_replica > 1
 
     @property
     def devices_per_replica(self) -> int:
-        return 2 if self.placement == "split" else 1
+        return self.stages * (2 if self.placement == "split" else 1)
 
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """The devices of G's and D's variables and ops in this replica (None: the replica's)."""
+    """The devices of G's and D's stages in this replica (empty: the replica's device)."""
 
-    g_device: Optional[str] = None
-    d_device: Optional[str] = None
+    g_devices: Tuple[str, ...] = ()
+    d_devices: Tuple[str, ...] = ()
 
     @property
     def split(self) -> bool:
-        return self.g_device is not None
+        """Whether G and D live on devices of their own (or in stages): spread at all."""
+        return bool(self.g_devices)
+
+    @property
+    def g_device(self) -> Optional[str]:
+        """G's first device (its stem, and the loss of G's update), or None."""
+        return self.g_devices[0] if self.g_devices else None
+
+    @property
+    def d_device(self) -> Optional[str]:
+        """D's first device, or None."""
+        return self.d_devices[0] if self.d_devices else None
 
     def on_g(self):
-        """Scope for G's ops (a no-op without a split)."""
+        """Scope for G's ops outside its blocks (a no-op without a placement)."""
         return tf.device(self.g_device) if self.split else contextlib.nullcontext()
 
     def on_d(self):
-        """Scope for D's ops (a no-op without a split)."""
+        """Scope for D's ops outside its blocks (a no-op without a placement)."""
         return tf.device(self.d_device) if self.split else contextlib.nullcontext()
 
     def g_variables(self):
-        """Scope (inside strategy.scope()) creating variables on G's device."""
-        return _variables_on(self.g_device)
+        """Scope (inside strategy.scope()) creating variables on G's first device."""
+        return staging.variables_on(self.g_device)
 
     def d_variables(self):
-        """Scope (inside strategy.scope()) creating variables on D's device."""
-        return _variables_on(self.d_device)
+        """Scope (inside strategy.scope()) creating variables on D's first device."""
+        return staging.variables_on(self.d_device)
+
+    def place_blocks(self, generator, discriminator, generator_ema, batch: int) -> None:
+        """Assigns each network's blocks to its stages, balanced by their estimated bytes
+        at `batch` examples (before the models' first call; a no-op with one stage)."""
+        if len(self.g_devices) < 2:
+            return
+        stages = len(self.g_devices)
+        for model, devices in ((generator, self.g_devices), (generator_ema, self.g_devices),
+                               (discriminator, self.d_devices)):
+            if len(model.blocks) < stages:
+                raise ConfigError(f"model_parallel.stages={stages}, but {model.name} has "
+                                  f"{len(model.blocks)} residual blocks at this resolution")
+            stage_of = staging.balance(model.block_costs(batch), stages)
+            model.place_blocks([devices[s] for s in stage_of])
 
     def xla_blocker(self):
         """Why XLA cannot compile the step under this placement, or None."""
         if not self.split:
             return None
-        return ("model_parallel.placement='split' spreads the step over two devices, and XLA "
-                "compiles a step for one")
+        return ("model_parallel.placement='split' or model_parallel.stages > 1 spreads the "
+                "step over several devices, and XLA compiles a step for one")
 
     def describe(self) -> str:
         if not self.split:
             return "G and D on the replica's device"
-        return f"G, EMA G and G's optimizer on {self.g_device}; D and its optimizer on " \
-               f"{self.d_device}"
-
-
-def _variables_on(device: Optional[str]):
-    if device is None:
-        return contextlib.nullcontext()
-    # pylint: disable=import-outside-toplevel
-    from tensorflow.python.distribute import numpy_dataset
-
-    def creator(next_creator, **kwargs):
-        # The strategy's creator (below this one) places a variable that names where to
-        # go instead of on the replica's device: a SingleDevice for OneDevice, an object
-        # with `_devices` (as a variable has) for the mirrored strategies.
-        strategy = tf.distribute.get_strategy()
-        kwargs["colocate_with"] = (
-            _Devices((device,)) if isinstance(strategy,
-                                              tf.distribute.MultiWorkerMirroredStrategy)
-            else numpy_dataset.SingleDevice(device))
-        return next_creator(**kwargs)
-    return tf.variable_creator_scope(creator)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Devices:
-    """What MirroredStrategy's variable creator reads of `colocate_with`: its devices."""
-
-    _devices: tuple
+        if len(self.g_devices) == 1:
+            return (f"G, EMA G and G's optimizer on {self.g_device}; D and its optimizer on "
+                    f"{self.d_device}")
+        return (f"G's blocks in {len(self.g_devices)} stages on {', '.join(self.g_devices)}; "
+                f"D's on {', '.join(self.d_devices)}")
 
 
 KINDS = ("one_device", "multi_worker_mirrored")
 
 
+SHARD_KINDS = ("one_device", "mirrored", "multi_worker_mirrored")
+
+
 def prepare_devices(config: ModelParallelConfig, strategy_kind: str) -> None:
     """Refuses what the placement cannot run under; on a CPU-only host splits the CPU into
     the replica's devices. Call before the strategy is made (before TensorFlow initialises)."""
-    if config.placement == "replica":
+    if config.shard_optimizer and strategy_kind not in SHARD_KINDS:
+        raise ConfigError(f"model_parallel.shard_optimizer=True is available under "
+                          f"strategy.kind in {list(SHARD_KINDS)} only, not {strategy_kind!r}")
+    if not config.spread:
         return
+    what = _what(config)
     if strategy_kind not in KINDS:
-        raise ConfigError(f"model_parallel.placement={config.placement!r} is available under "
-                          f"strategy.kind in {list(KINDS)} only, not {strategy_kind!r}")
+        raise ConfigError(f"{what} is available under strategy.kind in {list(KINDS)} only, "
+                          f"not {strategy_kind!r}")
     gpus = len(tf.config.list_physical_devices("GPU"))
+    n = config.devices_per_replica
     if strategy_kind == "multi_worker_mirrored" and gpus:
-        raise ConfigError(f"model_parallel.placement={config.placement!r} under "
-                          f"multi_worker_mirrored is not available on GPU workers: "
-                          f"MultiWorkerMirroredStrategy makes each of the {gpus} GPUs a "
-                          f"replica of its own")
-    if strategy_kind == "one_device" and gpus >= config.devices_per_replica:
+        raise ConfigError(f"{what} under multi_worker_mirrored is not available on GPU "
+                          f"workers: MultiWorkerMirroredStrategy makes each of the {gpus} "
+                          f"GPUs a replica of its own")
+    if strategy_kind == "one_device" and gpus >= n:
         return
     if gpus:
-        raise ConfigError(f"model_parallel.placement={config.placement!r} needs "
-                          f"{config.devices_per_replica} GPUs in this process; it sees {gpus}")
+        raise ConfigError(f"{what} needs {n} GPUs in this process; it sees {gpus}")
     # pylint: disable=import-outside-toplevel
     from paragan_tf.distribute import strategy as strategy_lib
-    strategy_lib.split_cpu(config.devices_per_replica)
+    strategy_lib.split_cpu(n)
+
+
+def _what(config: ModelParallelConfig) -> str:
+    """The settings that spread a replica, as a user wrote them."""
+    parts = ([f"model_parallel.placement={config.placement!r}"]
+             if config.placement != "replica" else [])
+    if config.stages > 1:
+        parts.append(f"model_parallel.stages={config.stages}")
+    return " with ".join(parts)
 
 
 def make(config: ModelParallelConfig, strategy: tf.distribute.Strategy) -> Placement:
     """The placement of this process's replica (after prepare_devices and the strategy)."""
-    if config.placement == "replica":
+    if config.shard_optimizer and not isinstance(
+            strategy, (tf.distribute.OneDeviceStrategy, tf.distribute.MirroredStrategy,
+                       tf.distribute.MultiWorkerMirroredStrategy)):
+        raise ConfigError(f"model_parallel.shard_optimizer=True is available under "
+                          f"strategy.kind in {list(SHARD_KINDS)} only, not "
+                          f"{type(strategy).__name__}")
+    if not config.spread:
         return Placement()
-    n = config.devices_per_replica
+    n, what = config.devices_per_replica, _what(config)
     if isinstance(strategy, tf.distribute.OneDeviceStrategy):
         kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
         devices = [d.name for d in tf.config.list_logical_devices(kind)]
@@ -185,10 +230,11 @@ def make(config: ModelParallelConfig, strategy: tf.distribute.Strategy) -> Place
         local = len(tf.config.list_logical_devices(first.device_type))
         devices = [first.replace(device_index=i).to_string() for i in range(local)]
     else:
-        raise ConfigError(f"model_parallel.placement={config.placement!r} is available under "
-                          f"strategy.kind in {list(KINDS)} only, not "
-                          f"{type(strategy).__name__}")
+        raise ConfigError(f"{what} is available under strategy.kind in {list(KINDS)} only, "
+                          f"not {type(strategy).__name__}")
     if len(devices) < n:
-        raise ConfigError(f"model_parallel.placement={config.placement!r} needs {n} devices "
-                          f"per replica; this process has {len(devices)}")
-    return Placement(g_device=devices[0], d_device=devices[1])
+        raise ConfigError(f"{what} needs {n} devices per replica; this process has "
+                          f"{len(devices)}")
+    g = tuple(devices[:config.stages])
+    d = tuple(devices[config.stages:n]) if config.placement == "split" else g
+    return Placement(g_devices=g, d_devices=d)

@@ -31,6 +31,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.layout import round_up
 from paragan_tf.models import layers
 from paragan_tf.models import recompute as recompute_lib
+from paragan_tf.models import staging
 
 BOTTOM_WIDTH = 4
 
@@ -74,16 +75,58 @@ def _numerics(who: str, init: str, embedding_init: str, bn_epsilon: float,
         raise ConfigError(f"{who}.{e}") from None
 
 
-def _run_block(block_fn, tensors, state, recompute: bool):
-    """block_fn(*tensors), rematerialised in the backward pass when `recompute`."""
-    if recompute:
-        return recompute_lib.call(block_fn, tensors, state)
-    return block_fn(*tensors)
+def _run_block(block_fn, tensors, state, recompute: bool, device=None, staged=False):
+    """block_fn(*tensors), rematerialised in the backward pass when `recompute`, on its
+    pipeline stage's `device` when one is given: its forward, and its backward too when
+    `staged` (every call after the one that makes the variables)."""
+    def run(*tensors):
+        if recompute:
+            return recompute_lib.call(block_fn, tensors, state)
+        return block_fn(*tensors)
+    if device is None:
+        return run(*tensors)
+    with staging.on_device(device):
+        return staging.call(run, tensors, device) if staged else run(*tensors)
+
+
+class _Staged:
+    """What both networks share for pipeline stages (models/staging.py): the device of
+    each block, set by `place_blocks` before the first call, and each block's cost."""
+
+    block_devices: Sequence[str] = ()
+    block_shapes: Sequence[tuple] = ()  # (in channels, out channels, output side) per block
+    # Copies of each weight a stage holds in training (the weight, Adam's two moments and,
+    # for G, its EMA), and examples per element of the per-replica batch (D runs on the
+    # real and the fake images at once).
+    state_copies: int = 3
+    examples_per_batch: int = 1
+
+    def place_blocks(self, devices: Sequence[str]) -> None:
+        """Block i (and what comes before the first or after the last) on devices[i]."""
+        if len(devices) != len(self.blocks):
+            raise ValueError(f"{len(devices)} devices for {len(self.blocks)} blocks")
+        if self.built:
+            raise ValueError("place_blocks must come before the model's first call")
+        self.block_devices = tuple(devices)
+
+    def _device(self, i: int):
+        return self.block_devices[i] if self.block_devices else None
+
+    def block_costs(self, batch: int) -> list:
+        """Each block's bytes in training at a per-replica `batch`, estimated from its
+        widths: its weights x `state_copies`, plus the activations it keeps (its input and
+        four tensors of its output's size per example)."""
+        examples, costs = batch * self.examples_per_batch, []
+        for cin, cout, side in self.block_shapes:
+            params = 9 * cin * cout + 9 * cout * cout + cin * cout
+            costs.append(4 * (self.state_copies * params +
+                              examples * side * side * (cin + 4 * cout)))
+        return costs
 
 
 # `recompute` is a trainer choice (train.recompute), not part of the architecture.
 @gin.configurable(denylist=["recompute"])
-class Generator(keras.Model):
+class Generator(_Staged, keras.Model):
     """Class-conditional BigGAN generator: (z, labels) -> images in [-1, 1], NHWC.
 
     labels: int class ids [b], or float class weights [b, num_classes] (rows
@@ -112,6 +155,8 @@ class Generator(keras.Model):
       recompute: rematerialise each residual block (with its attention) in the
         backward pass (train.recompute sets it; see recompute.py).
     """
+
+    state_copies = 4  # with its EMA copy
 
     def __init__(self, resolution: int = gin.REQUIRED, num_classes: int = gin.REQUIRED,
                  out_channels: int = 3, ch: int = 64, dim_z: int = 128, shared_dim: int = 0,
@@ -145,6 +190,8 @@ class Generator(keras.Model):
                                      numerics=numerics)
         self.stem_shape = (BOTTOM_WIDTH, BOTTOM_WIDTH, in_widths[0])
         self.blocks, self.attention = [], []
+        self.block_shapes = tuple((cin, cout, BOTTOM_WIDTH * 2 ** (i + 1))
+                                  for i, (cin, cout) in enumerate(zip(in_widths, out_widths)))
         for i, (cin, cout) in enumerate(zip(in_widths, out_widths)):
             self.blocks.append(layers.GBlock(
                 cin, cout, upsample=True, conditioning=conditioning,
@@ -156,7 +203,7 @@ class Generator(keras.Model):
                                                   numerics=numerics, name="out_bn")
         self.out_conv = layers.SNConv2D(out_channels, 3, name="out_conv", numerics=numerics)
 
-    def call(self, inputs, training=False):
+    def _call(self, inputs, training):
         z, labels = inputs
         z = tf.cast(z, tf.float32)
         chunks = (tf.split(z, len(self.blocks) + 1, axis=-1) if self.hierarchical_z
@@ -170,13 +217,21 @@ class Generator(keras.Model):
             conditions = [labels] * len(self.blocks)
         h = self.linear(chunks[0], training=training)
         h = tf.reshape(h, (-1,) + self.stem_shape)
-        for block, attention, condition in zip(self.blocks, self.attention, conditions):
-            h = self._block(block, attention, h, condition, training)
-        h = tf.nn.relu(self.out_bn(h, training=training))
-        # tanh in float32 so images are exact in [-1, 1] whatever the compute dtype.
-        return tf.tanh(tf.cast(self.out_conv(h, training=training), tf.float32))
+        for i, (block, attention, condition) in enumerate(zip(self.blocks, self.attention,
+                                                              conditions)):
+            h = self._block(block, attention, h, condition, training, self._device(i))
+        def head(h):
+            h = tf.nn.relu(self.out_bn(h, training=training))
+            # tanh in float32 so images are exact in [-1, 1] whatever the compute dtype.
+            return tf.tanh(tf.cast(self.out_conv(h, training=training), tf.float32))
+        # On the last stage, backward too: at full resolution it is the largest tensor.
+        return _run_block(head, (h,), None, False, self._device(-1), self.built)
 
-    def _block(self, block, attention, h, condition, training):
+    def call(self, inputs, training=False):
+        with staging.on_device(self._device(0)):  # the stem, on the first stage
+            return self._call(inputs, training)
+
+    def _block(self, block, attention, h, condition, training, device):
         # Integer class ids stay in the closure (no gradient); a float condition
         # (shared embedding + z chunk) is an input, so the embedding gets its gradient.
         float_condition = condition.dtype.is_floating
@@ -187,11 +242,11 @@ class Generator(keras.Model):
             return h if attention is None else attention(h, training=training)
         tensors = (h, condition) if float_condition else (h,)
         return _run_block(run, tensors, recompute_lib.block_state(block, attention),
-                          self.recompute and training)
+                          self.recompute and training, device, self.built)
 
 
 @gin.configurable(denylist=["recompute"])
-class Discriminator(keras.Model):
+class Discriminator(_Staged, keras.Model):
     """Projection discriminator: (images, labels) -> float32 logits of shape [batch].
 
     Args:
@@ -205,6 +260,8 @@ class Discriminator(keras.Model):
       recompute: rematerialise each residual block in the backward pass.
     """
 
+    examples_per_batch = 2  # real and fake images at once
+
     def __init__(self, resolution: int = gin.REQUIRED, num_classes: int = gin.REQUIRED,
                  ch: int = 64, attention_resolutions: Sequence[int] = (),
                  channel_multiple: int = 1, init: str = "ortho", sn_epsilon: float = 1e-12,
@@ -215,9 +272,10 @@ class Discriminator(keras.Model):
         self.recompute = recompute
         out_mult, down = D_ARCH[resolution]
         (widths,) = _widths((out_mult,), ch, channel_multiple)
-        self.blocks, self.attention = [], []
+        self.blocks, self.attention, shapes = [], [], []
         in_channels, size = None, resolution
         for i, (cout, downsample) in enumerate(zip(widths, down)):
+            shapes.append((in_channels or 3, cout, size // 2 if downsample else size))
             self.blocks.append(layers.DBlock(
                 # The image (in_channels None) never matches a block width: shortcut conv.
                 in_channels or 0, cout, downsample=downsample,
@@ -226,6 +284,7 @@ class Discriminator(keras.Model):
             self.attention.append(layers.maybe_attention(size, attention_resolutions,
                                                          f"attention{i}", numerics))
             in_channels = cout
+        self.block_shapes = tuple(shapes)
         # The logits are computed in float32 whatever the layout (mixed precision).
         self.linear = layers.SNDense(1, name="linear", compute_dtype="float32",
                                      numerics=numerics)
@@ -235,17 +294,19 @@ class Discriminator(keras.Model):
     def call(self, inputs, training=False):
         images, labels = inputs
         h = images
-        for block, attention in zip(self.blocks, self.attention):
+        for i, (block, attention) in enumerate(zip(self.blocks, self.attention)):
             def run(h, block=block, attention=attention):
                 h = block(h, training=training)
                 return h if attention is None else attention(h, training=training)
             h = _run_block(run, (h,), recompute_lib.block_state(block, attention),
-                           self.recompute and training)
-        h = tf.reduce_sum(tf.cast(tf.nn.relu(h), tf.float32), axis=[1, 2])  # global sum pool
-        logits = tf.cast(self.linear(h, training=training), tf.float32)[:, 0]
-        projection = tf.reduce_sum(
-            tf.cast(self.embed(labels, training=training), tf.float32) * h, axis=1)
-        return logits + projection
+                           self.recompute and training, self._device(i), self.built)
+        def head(h):
+            h = tf.reduce_sum(tf.cast(tf.nn.relu(h), tf.float32), axis=[1, 2])  # sum pool
+            logits = tf.cast(self.linear(h, training=training), tf.float32)[:, 0]
+            projection = tf.reduce_sum(
+                tf.cast(self.embed(labels, training=training), tf.float32) * h, axis=1)
+            return logits + projection
+        return _run_block(head, (h,), None, False, self._device(-1), self.built)  # last stage
 
 
 def count_trainable(model: keras.Model) -> int:

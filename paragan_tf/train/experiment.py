@@ -188,6 +188,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                                              name="generator_ema", **shape)
         with placement.d_variables():
             discriminator = biggan.Discriminator(recompute=config.recompute, **shape)
+        placement.place_blocks(generator, discriminator, generator_ema,
+                               config.batch_size // strategy.num_replicas_in_sync)
         # Keras makes a model's variables at its first call: each under its placement.
         with placement.g_variables():
             biggan.build_generator(generator)
@@ -195,7 +197,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         with placement.d_variables():
             biggan.build_discriminator(discriminator, data.resolution, source.channels)
         g_optimizer, d_optimizer = optimizers.make_optimizers(
-            config.batch_size * config.accumulation)
+            config.batch_size * config.accumulation,
+            shard=settings.model_parallel.shard_optimizer)
         with placement.g_variables():
             g_optimizer.build(generator.trainable_variables)
         with placement.d_variables():
@@ -272,6 +275,15 @@ def weights_digest(exp: Experiment) -> str:
     return digest.hexdigest()[:16]
 
 
+def bytes_by_device(exp: Experiment) -> Dict[str, int]:
+    """The bytes of G, EMA G, D and both optimizers' variables on each device of this
+    process: where a model-parallel placement put them (scale/memory.py)."""
+    return memory_lib.bytes_by_device(
+        list(exp.generator.variables) + list(exp.generator_ema.variables) +
+        list(exp.discriminator.variables) + list(exp.g_optimizer.variables()) +
+        list(exp.d_optimizer.variables()))
+
+
 def memory_of(exp: Experiment) -> memory_lib.Plan:
     """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
@@ -288,15 +300,35 @@ def memory_plan(exp: Experiment, memory_gib: Optional[float] = None,
     cfg = exp.settings.train
     report = plan.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
     report["recompute"] = cfg.recompute
-    if exp.placement.split:  # the replica's two devices, each holding one network
+    if exp.placement.split:
         report["devices"] = {
-            f"{side} ({device})": plan.sides[side].report(
-                cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
-            for side, device in (("G", exp.placement.g_device), ("D", exp.placement.d_device))}
+            where: part.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
+            for where, part in device_plans(exp, plan).items()}
     report["memory_source"] = ("--memory_gib" if memory_gib else
                                f"detected {exp.layout.hardware.accelerator}" if budget else
                                "unknown: pass --memory_gib")
     return report
+
+
+def device_plans(exp: Experiment, plan: memory_lib.Plan) -> Dict[str, memory_lib.Plan]:
+    """Under a placement that spreads the replica: each network's side of `plan` (its
+    weights, state and its share of the updates, scale/memory.py), split over its pipeline
+    stages by their blocks' estimated bytes, keyed "G stage k (device)" (or "G (device)"
+    with one stage). With placement 'replica' G's and D's stage k share a device: add
+    the two."""
+    batch = exp.settings.train.batch_size // exp.strategy.num_replicas_in_sync
+    parts = {}
+    for side, model, devices in (("G", exp.generator, exp.placement.g_devices),
+                                 ("D", exp.discriminator, exp.placement.d_devices)):
+        if len(devices) == 1:
+            parts[f"{side} ({devices[0]})"] = plan.sides[side]
+            continue
+        costs = model.block_costs(batch)
+        for stage, device in enumerate(devices):
+            share = sum(c for c, d in zip(costs, model.block_devices) if d == device)
+            parts[f"{side} stage {stage} ({device})"] = plan.sides[side].share(
+                share / sum(costs))
+    return parts
 
 
 def plan_model(precisions: Sequence[str],
@@ -347,7 +379,11 @@ def model_of(exp: Experiment, memory: Dict[str, memory_lib.Plan],
         d_params=biggan.count_trainable(exp.discriminator),
         effective_batch=cfg.batch_size * cfg.accumulation, d_steps=cfg.d_steps,
         total_steps=cfg.total_steps,
-        image_bytes=4 * exp.settings.data.resolution ** 2 * exp.source.channels)
+        image_bytes=4 * exp.settings.data.resolution ** 2 * exp.source.channels,
+        g_blocks=tuple(exp.generator.block_shapes),
+        d_blocks=tuple(exp.discriminator.block_shapes),
+        g_block_costs=tuple(exp.generator.block_costs(plan_lib.PLAN_BATCH)),
+        d_block_costs=tuple(exp.discriminator.block_costs(plan_lib.PLAN_BATCH)))
 
 
 def plan_line(exp: Experiment, memory: memory_lib.Plan) -> str:

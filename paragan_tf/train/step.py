@@ -24,6 +24,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import placement as placement_lib
+from paragan_tf.models import staging
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses as losses_lib
@@ -156,7 +157,8 @@ class GANStep:
             x = tf.cast(inputs, tf.float32)
             with tf.GradientTape(watch_accessed_variables=False) as input_tape:
                 input_tape.watch(x)
-                logits = self.discriminator((x, labels), training=False)
+                with staging.twice():  # pipeline stages: its backward is differentiated
+                    logits = self.discriminator((x, labels), training=False)
                 total = tf.reduce_sum(tf.cast(logits, tf.float32))
                 if scaler is not None:
                     total = scaler.get_scaled_loss(total) / examples

@@ -1,7 +1,8 @@
 """G and D on two devices within a replica (distribute/placement.py, train/step.py): every
 variable and op on its network's device, the split training run equal to the unsplit one with
 every step feature on (and its checkpoint and evaluation too), the NaN guard, and what is
-refused by name."""
+refused by name; pipeline stages (models/staging.py): the balance, each block's forward and
+backward on its stage's device, the staged run equal to the unstaged one."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import tensorflow as tf
 from paragan_tf.distribute import placement as placement_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.models import staging
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.train import sync_trainer
@@ -169,3 +171,56 @@ def test_what_a_split_cannot_run_under_is_refused_by_name(tiny_gin):
         experiment.build(_one_device())
     with pytest.raises(ConfigError, match="model_parallel.placement='pipe' is unknown"):
         placement_lib.ModelParallelConfig(placement="pipe")
+
+
+def test_balance_gives_contiguous_stages_with_the_smallest_largest_cost():
+    assert staging.balance([1, 1, 1, 1], 2) == [0, 0, 1, 1]
+    assert staging.balance([10, 1, 1, 1], 2) == [0, 1, 1, 1]
+    assert staging.balance([1, 2, 3, 4, 5], 3) == [0, 0, 0, 1, 2]  # 6 / 4 / 5
+    assert staging.balance([3], 1) == [0]
+    with pytest.raises(ValueError):
+        staging.balance([1, 1], 3)
+
+
+def test_pipeline_stages_place_each_block_and_its_backward_on_its_device_and_equal_one(
+        tiny_gin, tmp_path):
+    """Two stages per network on the two logical CPUs: block by block, forward and
+    backward ops on the block's stage; the run equals the unstaged one."""
+    tiny_gin("model_parallel.stages = 2", *FEATURES)
+    exp = experiment.build(_one_device())
+    for model in (exp.generator, exp.generator_ema, exp.discriminator):
+        stages = [_index(d) for d in model.block_devices]
+        assert stages == sorted(stages) and set(stages) == {0, 1}, (model.name, stages)
+        for block, device in zip(model.blocks, model.block_devices):
+            assert {_index(v.device) for v in block.variables} == {_index(device)}
+    gan_step = sync_trainer.make_gan_step(exp)
+    real = [(tf.zeros([8, 32, 32, 1]), tf.zeros([8], tf.int32))] * 4
+    noise = [(tf.zeros([8, 16]), tf.zeros([8], tf.int32))] * 6
+    graph = tf.function(lambda r, n: exp.strategy.run(gan_step, args=(r, n)),
+                        autograph=False).get_concrete_function(real, noise).graph
+    # Forward and backward ops alike (the backward's names hold the forward's scope
+    # somewhere): each block's on its stage, G's output layers on its last.
+    ops = [op for op in graph.get_operations() if op.type not in ("ReadVariableOp",
+                                                                   "Placeholder")]
+    for network, model in (("generator", exp.generator), ("discriminator", exp.discriminator)):
+        parts = [(f"block{i}/", device) for i, device in enumerate(model.block_devices)]
+        if network == "generator":
+            parts.append(("out_(conv|bn)/", model.block_devices[-1]))
+        for scope, device in parts:
+            found = {_index(op.device) for op in ops
+                     if re.search(rf"{network}(_\d+)?/{scope}", op.name)}
+            assert found == {_index(device)}, (network, scope, found)
+    gin.clear_config()
+    runs = {}
+    for stages in (1, 2):
+        exp, before, _ = _train(tiny_gin, tmp_path / str(stages), "replica",
+                                f"model_parallel.stages = {stages}")
+        runs[stages] = before, _weights(exp)
+        gin.clear_config()
+    (init_1, one), (init_2, two) = runs[1], runs[2]
+    for name in one:
+        np.testing.assert_array_equal(init_2[name], init_1[name], err_msg=name)
+        network = name.split("/")[0]
+        moved = max(float(np.max(np.abs(one[n] - init_1[n]))) for n in one
+                    if n.startswith(network + "/"))
+        assert float(np.max(np.abs(two[name] - one[name]))) < 1e-5 * moved, name
