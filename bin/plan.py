@@ -11,8 +11,9 @@ and, with --output, the whole plan as JSON: per-replica batch and accumulation
 that fit, seconds per step (compute, all-reduce, input, straggler wait),
 weak-scaling efficiency, the asynchronous variant's gain, wall clock and
 device-hours to train.total_steps, the bottleneck and what to change, and the
-placement each target needs: data parallelism, or G and D split over two devices per
-replica (memory per device, bytes moved between them per step).
+placement each target needs and why: data parallelism, Adam's moments sharded over the
+replicas, G and D split over two devices per replica, or the split with 2 or 4 pipeline
+stages per network (memory per device, extra bytes moved per step).
 
 Devices: v100, a100, h100, tpu_v3 (a core), tpu_v4 (a chip), this_cpu (this
 machine, count 1), or one given with --custom_device (peak TFLOP/s float32 and

@@ -36,6 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.scale import calibration
 
 PROBE_BATCH = 7  # odd and prime: no kernel, channel or class axis is mistaken for it
@@ -200,6 +201,18 @@ def variable_bytes(variables) -> int:
     return int(sum(v.shape.num_elements() * v.dtype.size for v in variables))
 
 
+def bytes_by_device(variables) -> Dict[str, int]:
+    """The bytes of `variables` on each device of this process, per local copy: a
+    mirrored variable counts once per replica, a sharded one (train/sharded_adam.py) its
+    slice per replica."""
+    found: Dict[str, int] = {}
+    for variable in variables:
+        for copy in strategy_lib.local_copies(variable):
+            found[copy.device] = found.get(copy.device, 0) + copy.shape.num_elements() * \
+                copy.dtype.size
+    return dict(sorted(found.items()))
+
+
 @dataclasses.dataclass
 class Plan:
     """Per-replica memory of a run, in bytes."""
@@ -213,6 +226,20 @@ class Plan:
     accumulation: int = 1
     # G's and D's devices' own plans when the two are split ({"G": ..., "D": ...}).
     sides: Dict[str, "Plan"] = dataclasses.field(default_factory=dict)
+
+    def share(self, fraction: float) -> "Plan":
+        """`fraction` of every byte of this plan: one pipeline stage's estimate, its
+        blocks' share of the network's (models/staging.py balances the stages by it)."""
+        def part(acts):
+            return {u: Activations(a.fixed * fraction, a.per_example * fraction)
+                    for u, a in acts.items()}
+        return dataclasses.replace(
+            self, parameter_bytes=int(self.parameter_bytes * fraction),
+            optimizer_bytes=int(self.optimizer_bytes * fraction),
+            ema_bytes=int(self.ema_bytes * fraction),
+            gradient_bytes={u: int(b * fraction) for u, b in self.gradient_bytes.items()},
+            activations=part(self.activations),
+            activations_recompute=part(self.activations_recompute), sides={})
 
     @property
     def fixed_bytes(self) -> int:

@@ -14,6 +14,7 @@ digest (replicas must hold identical weights: anyone can compare workers' logs).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Dict, List
 
@@ -97,6 +98,10 @@ def assemble(exp: experiment_lib.Experiment, model_dir: str,
     stats = run_files.Stats(model_dir, write=is_chief)
     if is_chief:
         run_files.write_config(model_dir, exp.operative_config, writer)
+    if exp.placement.split or exp.settings.model_parallel.shard_optimizer:
+        placed = experiment_lib.bytes_by_device(exp)  # measured, not planned
+        logging.info("variables per device: %s", json.dumps(placed))
+        stats.append("devices", int(exp.step.numpy()), {"variable_bytes": placed})
     if restored:
         logging.info("resumed from %s at %s %d, weights digest %s", restored, trainer.unit,
                      int(exp.step.numpy()), experiment_lib.weights_digest(exp))

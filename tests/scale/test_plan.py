@@ -334,16 +334,25 @@ def test_the_split_plan_puts_each_network_and_its_state_on_its_own_device(imagen
     assert split["extra_mib_per_step"] == pytest.approx(
         (imagenet128.d_steps + 2) * split["accumulation"] * split["micro_batch"]
         * 4 * 128 * 128 * 3 / 2 ** 20)
-    assert row["modes"]["needed"] in ("data", "split")
+    assert row["modes"]["needed"] in ("data", "shard", "split")
+    shard = row["modes"]["shard"]
+    assert shard["fits"] and shard["extra_mib_per_step"] == pytest.approx(
+        7 / 8 * 4 * (imagenet128.d_steps * imagenet128.d_params + imagenet128.g_params) / 2 ** 20)
 
 
 def test_the_mode_a_target_needs():
-    fits = dict(fits=True, accumulation=2, micro_batch=8, recompute=False)
-    assert plan.mode_needed(None, fits)[0] == "split"
-    assert plan.mode_needed((4, 4, True), fits)[0] == "split"
-    assert plan.mode_needed((4, 4, False), fits)[0] == "data"
-    assert plan.mode_needed((4, 4, True), dict(fits=False))[0] == "data"
-    assert plan.mode_needed(None, dict(fits=False))[0] == "none"
+    fits, recomputes, no = (dict(fits=True, recompute=False), dict(fits=True, recompute=True),
+                            dict(fits=False))
+
+    def needed(data, shard, split, stages=no):
+        return plan.mode_needed(data, dict(shard=shard, split=split, stages2=stages))[0]
+    assert needed((4, 4, False), fits, fits) == "data"
+    assert needed((4, 4, True), fits, fits) == "shard"
+    assert needed(None, no, fits) == "split"
+    assert needed(None, no, no, fits) == "stages2"
+    assert needed((4, 4, True), recomputes, no) == "data"
+    assert needed(None, recomputes, fits) == "split"
+    assert needed(None, no, no) == "none"
 
 
 def test_the_plan_binary_prints_writes_and_refuses_by_name(tmp_path):
