@@ -12,6 +12,7 @@
     python bin/bench.py --suite=eval --output=runs/bench/eval.json
     python bin/bench.py --suite=time_to_quality --output=runs/bench/time_to_quality.json
     python bin/bench.py --suite=layout --gin_file=gin/mnist_default.gin --output=runs/bench/layout.json
+    python bin/bench.py --suite=model_parallel --output=runs/bench/model_parallel.json
 
 Suites (see benchmarks/, outside the package): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -71,6 +72,7 @@ from benchmarks import input as input_bench
 from benchmarks import layout as layout_bench
 from benchmarks import machine
 from benchmarks import memory as memory_bench
+from benchmarks import model_parallel as model_parallel_bench
 from benchmarks import small_data as small_data_bench
 from benchmarks import step as step_bench
 from benchmarks import time_to_quality as time_to_quality_bench
@@ -84,7 +86,8 @@ SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.inpu
               eval_scaling=eval_scaling_bench.eval_scaling,
               eval=eval_features_bench.eval_features,
               time_to_quality=time_to_quality_bench.time_to_quality,
-              layout=layout_bench.layout_suite)
+              layout=layout_bench.layout_suite,
+              model_parallel=model_parallel_bench.model_parallel)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
@@ -95,7 +98,8 @@ flags.DEFINE_multi_string("gin_bindings", [], "step, layout, time_to_quality: ex
                           "bindings.")
 flags.DEFINE_integer("rounds", 3, "layout: interleaved rounds of timings per candidate.")
 flags.DEFINE_list("layouts", ["fp32", "auto"], "step: layouts (gin/layouts/<name>.gin) to time.")
-flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps).")
+flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up steps); "
+                     "model_parallel: training steps per mode (default 24).")
 flags.DEFINE_string("profile_dir", None,
                     "step: also trace 2 steps per layout with tf.profiler into this folder.")
 flags.DEFINE_float("budget_minutes", 2.0, "async_quality: training minutes per run; "
@@ -115,9 +119,9 @@ flags.DEFINE_float("fcd_target", None, "time_to_quality: FCD to reach (default: 
                    "config's last mark).")
 flags.DEFINE_float("accuracy_target", None, "time_to_quality: conditional accuracy to reach "
                    "(default: the first config's last mark).")
-flags.DEFINE_list("arms", [], "async_quality, small_data: arms to run (default: all of "
-                  f"the suite's: {list(async_quality_bench.ARMS)}, "
-                  f"{list(small_data_bench.ARMS)}).")
+flags.DEFINE_list("arms", [], "async_quality, small_data, model_parallel: arms (modes) to "
+                  f"run (default: all of the suite's: {list(async_quality_bench.ARMS)}, "
+                  f"{list(small_data_bench.ARMS)}, {list(model_parallel_bench.MODES)}).")
 flags.DEFINE_list("conditions", ["even", "slow50"], "async_quality: straggler kinds "
                   f"(benchmarks/straggler.py), of {list(async_quality_bench.CONDITIONS)}.")
 flags.DEFINE_list("policies", list(async_quality_bench.POLICIES), "async_quality: "
@@ -156,9 +160,11 @@ def main(argv):
                        accuracy_target=FLAGS.accuracy_target)
         if FLAGS["budget_minutes"].present:
             options["budget_minutes"] = FLAGS.budget_minutes
-    if FLAGS.arms and FLAGS.suite not in ("async_quality", "small_data"):
-        common.fail(f"--arms applies to the async_quality and small_data suites, not to "
-                    f"{FLAGS.suite}")
+    if FLAGS.suite == "model_parallel" and FLAGS["steps"].present:
+        options = dict(steps=FLAGS.steps)
+    if FLAGS.arms and FLAGS.suite not in ("async_quality", "small_data", "model_parallel"):
+        common.fail(f"--arms applies to the async_quality, small_data and model_parallel "
+                    f"suites, not to {FLAGS.suite}")
     if FLAGS.eval_samples and FLAGS.suite not in ("async_quality", "small_data", "eval",
                                                   "time_to_quality"):
         common.fail(f"--eval_samples applies to the async_quality, small_data, eval and "
@@ -177,7 +183,7 @@ def main(argv):
         if FLAGS[name].present and name in ("mark_steps", "fid_samples"):
             options[name] = FLAGS[name].value
     if FLAGS.arms:
-        options["arms"] = FLAGS.arms
+        options["modes" if FLAGS.suite == "model_parallel" else "arms"] = FLAGS.arms
     if FLAGS.eval_samples:
         options["eval_samples" if FLAGS.suite != "eval" else "images"] = FLAGS.eval_samples
     record = machine.describe()
