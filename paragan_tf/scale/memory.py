@@ -180,12 +180,17 @@ def _update_activations(generator, discriminator, recompute: bool
                                          output_gradients=fake_grads)
 
     saved = generator.recompute, discriminator.recompute
+    # Traced unstaged: pipeline stages would place blocks on devices other than the two
+    # sides' labels. A stage's plan is its blocks' share of its side's (Plan.share).
+    placed = [getattr(m, "block_devices", ()) for m in (generator, discriminator)]
     generator.recompute = discriminator.recompute = recompute
+    generator.block_devices = discriminator.block_devices = ()
     try:
         d = _measure(d_update, (z_spec, label_spec, image_spec))
         g = _measure(g_update, (z_spec, label_spec))
     finally:
         generator.recompute, discriminator.recompute = saved
+        generator.block_devices, discriminator.block_devices = placed
     return {side: {"d_update": d[side], "g_update": g[side]} for side in d}
 
 

@@ -210,6 +210,15 @@ def test_pipeline_stages_place_each_block_and_its_backward_on_its_device_and_equ
             found = {_index(op.device) for op in ops
                      if re.search(rf"{network}(_\d+)?/{scope}", op.name)}
             assert found == {_index(device)}, (network, scope, found)
+    # The memory plan traces each side as the unstaged step runs it; its stages share it.
+    staged = experiment.memory_of(exp)
+    gin.clear_config()
+    tiny_gin(*FEATURES)
+    unstaged = experiment.memory_of(experiment.build(_one_device()))
+    for side in ("G", "D"):
+        for update in ("d_update", "g_update"):
+            assert staged.sides[side].activation_bytes(update, 8, False) == \
+                unstaged.sides[side].activation_bytes(update, 8, False), (side, update)
     gin.clear_config()
     runs = {}
     for stages in (1, 2):
