@@ -37,10 +37,13 @@ count N) the plan works out, per replica:
     split  each replica spans two devices, G and EMA G on one and D on the other
            (model_parallel.placement='split', distribute/placement.py): count / 2 replicas,
            G's images moved to D and their gradients back;
-  and the mode the target needs: the first of data parallelism, shard and split that
-  fits without recompute, else with it (each later one costs more traffic). The split's
-  step time is not planned: it depends on how far G's and D's work overlap, which has not
-  been measured on accelerators here.
+    stagesS the split with each network's blocks in S pipeline stages (S in STAGES;
+           model_parallel.stages, models/staging.py): count / 2S replicas, each stage
+           boundary's activations moved forward and their gradients back;
+  and the mode the target needs: the first of data parallelism, shard, split and the
+  stages that fits without recompute, else with it (each later one costs more traffic).
+  The split's and the stages' step time is not planned: it depends on how far the
+  devices' work overlaps, which has not been measured on accelerators here.
 
 Every number it assumes is named: the device catalogue and efficiencies in
 scale/devices.py, the rest in `Assumptions` (gin: `plan.*`). docs/scale.md
