@@ -32,6 +32,7 @@ from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.train import layout_tuning
 from paragan_tf.train import model_dir as model_dir_lib
+from paragan_tf.train import planning
 from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
@@ -63,9 +64,9 @@ def _main() -> int:
     exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings, measured=measured)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
-        memory = experiment.memory_of(exp)
-        facts["memory"] = experiment.memory_plan(exp, FLAGS.memory_gib, memory)
-        facts["plan"] = experiment.plan_line(exp, memory)
+        memory = planning.memory_of(exp)
+        facts["memory"] = planning.memory_plan(exp, FLAGS.memory_gib, memory)
+        facts["plan"] = planning.plan_line(exp, memory)
         print(json.dumps(facts), flush=True)
         return 0
     try:

@@ -21,8 +21,10 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from paragan_tf.scale import devices as devices_lib  # noqa: E402
+from paragan_tf.scale import modes as modes_lib  # noqa: E402
 from paragan_tf.scale import plan as plan_lib  # noqa: E402
 from paragan_tf.train import experiment  # noqa: E402
+from paragan_tf.train import planning  # noqa: E402
 
 flags.DEFINE_list("configs", ["gin/biggan_imagenet128.gin", "gin/biggan_512.gin",
                               "gin/biggan_1024.gin"], "Experiments to plan.")
@@ -61,15 +63,15 @@ def main(argv):
     del argv
     catalogue = devices_lib.catalogue(extra=CARDS)
     cards = ["gpu16", "gpu24", "a100"]
-    modes = ["shard", "split"] + [f"stages{k}" for k in plan_lib.STAGES]
+    modes = ["shard", "split"] + [f"stages{k}" for k in modes_lib.STAGES]
     print(f"| config | card | data parallel (today) | {' | '.join(modes)} | needs |")
     print("| --- | --- | --- | " + "--- | " * len(modes) + "--- |")
     for config in FLAGS.configs:
         experiment.parse([config], [], finalize=False)
-        configured = experiment.configured_precision()
+        configured = planning.configured_precision()
         precisions = sorted({catalogue.device(c).auto_precision() if configured == "auto"
                              else configured for c in cards})
-        model = experiment.plan_model(precisions, progress=lambda m: print(
+        model = planning.plan_model(precisions, progress=lambda m: print(
             f"[plan_modes] {config}: {m}", file=sys.stderr, flush=True))
         for card in cards:
             row = plan_lib.plan_target(

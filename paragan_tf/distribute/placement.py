@@ -13,7 +13,7 @@ second, and every op of the step runs beside the weights it reads (train/step.py
   first device and hold D's activations there.
 
 With `model_parallel.stages=S` each network's residual blocks are split further into S
-contiguous pipeline stages on devices of their own (models/staging.py: each block's forward
+contiguous pipeline stages on devices of their own (distribute/staging.py: each block's forward
 and backward on its stage's device), balanced by each block's estimated bytes (its
 weights, their Adam moments and EMA copy, its activations at the per-replica batch): G's
 stages on devices 0..S-1 and, with the split, D's on S..2S-1; without it D's stage i
@@ -40,7 +40,7 @@ Other strategies are refused by name: a MirroredStrategy replica is one device b
 TensorFlow's design, parameter-server closures run on one worker device, TPU replicas are
 cores.
 
-The variables are placed as models/staging.py's `variables_on` places them.
+The variables are placed as distribute/staging.py's `variables_on` places them.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from typing import Optional, Tuple
 import gin
 import tensorflow as tf
 
+from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
-from paragan_tf.models import staging
 
 PLACEMENTS = ("replica", "split")
 

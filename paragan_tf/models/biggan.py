@@ -27,11 +27,11 @@ import gin
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
 from paragan_tf.layout import round_up
 from paragan_tf.models import layers
 from paragan_tf.models import recompute as recompute_lib
-from paragan_tf.models import staging
 
 BOTTOM_WIDTH = 4
 
@@ -90,7 +90,7 @@ def _run_block(block_fn, tensors, state, recompute: bool, device=None, staged=Fa
 
 
 class _Staged:
-    """What both networks share for pipeline stages (models/staging.py): the device of
+    """What both networks share for pipeline stages (distribute/staging.py): the device of
     each block, set by `place_blocks` before the first call, and each block's cost."""
 
     block_devices: Sequence[str] = ()

@@ -234,7 +234,7 @@ class Plan:
 
     def share(self, fraction: float) -> "Plan":
         """`fraction` of every byte of this plan: one pipeline stage's estimate, its
-        blocks' share of the network's (models/staging.py balances the stages by it)."""
+        blocks' share of the network's (distribute/staging.py balances the stages by it)."""
         def part(acts):
             return {u: Activations(a.fixed * fraction, a.per_example * fraction)
                     for u, a in acts.items()}

@@ -15,10 +15,9 @@ imports them all).
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import os
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
@@ -45,9 +44,6 @@ from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses
 from paragan_tf.objective import penalties as penalties_lib
-from paragan_tf.scale import flops as flops_lib
-from paragan_tf.scale import memory as memory_lib
-from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import bookkeeping as bookkeeping_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import config as config_lib
@@ -273,125 +269,6 @@ def weights_digest(exp: Experiment) -> str:
         for variable in model.variables:
             digest.update(np.ascontiguousarray(variable.numpy()).tobytes())
     return digest.hexdigest()[:16]
-
-
-def bytes_by_device(exp: Experiment) -> Dict[str, int]:
-    """The bytes of G, EMA G, D and both optimizers' variables on each device of this
-    process: where a model-parallel placement put them (scale/memory.py)."""
-    return memory_lib.bytes_by_device(
-        list(exp.generator.variables) + list(exp.generator_ema.variables) +
-        list(exp.discriminator.variables) + list(exp.g_optimizer.variables()) +
-        list(exp.d_optimizer.variables()))
-
-
-def memory_of(exp: Experiment) -> memory_lib.Plan:
-    """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
-    return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
-                           exp.g_optimizer, exp.d_optimizer, exp.settings.train.accumulation)
-
-
-def memory_plan(exp: Experiment, memory_gib: Optional[float] = None,
-                plan: Optional[memory_lib.Plan] = None) -> dict:
-    """Per-replica memory of this run (`plan`, or memory_of(exp)); the largest batch
-    fitting `memory_gib` GiB, or the detected device's memory when None."""
-    plan = plan or memory_of(exp)
-    budget = (int(memory_gib * memory_lib.GIB) if memory_gib
-              else memory_lib.device_memory_bytes(exp.layout.hardware.accelerator))
-    cfg = exp.settings.train
-    report = plan.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
-    report["recompute"] = cfg.recompute
-    if exp.placement.split:
-        report["devices"] = {
-            where: part.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
-            for where, part in device_plans(exp, plan).items()}
-    report["memory_source"] = ("--memory_gib" if memory_gib else
-                               f"detected {exp.layout.hardware.accelerator}" if budget else
-                               "unknown: pass --memory_gib")
-    return report
-
-
-def device_plans(exp: Experiment, plan: memory_lib.Plan) -> Dict[str, memory_lib.Plan]:
-    """Under a placement that spreads the replica: each network's side of `plan` (its
-    weights, state and its share of the updates, scale/memory.py), split over its pipeline
-    stages by their blocks' estimated bytes, keyed "G stage k (device)" (or "G (device)"
-    with one stage). With placement 'replica' G's and D's stage k share a device: add
-    the two."""
-    batch = exp.settings.train.batch_size // exp.strategy.num_replicas_in_sync
-    parts = {}
-    for side, model, devices in (("G", exp.generator, exp.placement.g_devices),
-                                 ("D", exp.discriminator, exp.placement.d_devices)):
-        if len(devices) == 1:
-            parts[f"{side} ({devices[0]})"] = plan.sides[side]
-            continue
-        costs = model.block_costs(batch)
-        for stage, device in enumerate(devices):
-            share = sum(c for c, d in zip(costs, model.block_devices) if d == device)
-            parts[f"{side} stage {stage} ({device})"] = plan.sides[side].share(
-                share / sum(costs))
-    return parts
-
-
-def plan_model(precisions: Sequence[str],
-               progress: Callable[[str], None] = print) -> plan_lib.Model:
-    """What the scale plan needs of the parsed (unfinalised) gin config: its models built
-    once per precision in `precisions` on this host (nothing trains), their memory
-    plans and FLOP counts (scale/plan.py)."""
-    configured = configured_precision()
-    memory, exp = {}, None
-    with gin.unlock_config():
-        # The weights' values do not matter to a plan; orthogonal initialisation (a QR
-        # decomposition per weight) was 40 of the 50 s that building BigGAN-128 took.
-        for network in ("Generator", "Discriminator"):
-            gin.bind_parameter(f"{network}.init", "N02")
-    for precision in precisions:
-        with gin.unlock_config():
-            gin.bind_parameter("layout.precision", precision)
-        progress(f"building the models at {precision}")
-        # One build at a time: BigGAN-128's weights and Adam slots are ~2.5 GB a build, and
-        # Keras models hold reference cycles that only the collector frees.
-        exp = None
-        gc.collect()
-        exp = build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), check_data=False)
-        progress(f"tracing the memory plan at {precision}")
-        memory[precision] = memory_of(exp)
-    with gin.unlock_config():
-        gin.bind_parameter("layout.precision", configured)
-    progress("counting the train step's FLOPs")
-    return model_of(exp, memory, configured)
-
-
-def configured_precision() -> str:
-    """layout.precision as the parsed gin config sets it ('auto' when it does not)."""
-    try:
-        return gin.query_parameter("layout.precision")
-    except ValueError:
-        return "auto"
-
-
-def model_of(exp: Experiment, memory: Dict[str, memory_lib.Plan],
-             precision: str) -> plan_lib.Model:
-    """A built experiment and its memory plans per precision, as the scale plan's Model."""
-    cfg = exp.settings.train
-    return plan_lib.Model(
-        precision=precision, memory=memory,
-        flops=flops_lib.per_example(exp.generator, exp.discriminator),
-        g_params=biggan.count_trainable(exp.generator),
-        d_params=biggan.count_trainable(exp.discriminator),
-        effective_batch=cfg.batch_size * cfg.accumulation, d_steps=cfg.d_steps,
-        total_steps=cfg.total_steps,
-        image_bytes=4 * exp.settings.data.resolution ** 2 * exp.source.channels,
-        g_blocks=tuple(exp.generator.block_shapes),
-        d_blocks=tuple(exp.discriminator.block_shapes),
-        g_block_costs=tuple(exp.generator.block_costs(plan_lib.PLAN_BATCH)),
-        d_block_costs=tuple(exp.discriminator.block_costs(plan_lib.PLAN_BATCH)))
-
-
-def plan_line(exp: Experiment, memory: memory_lib.Plan) -> str:
-    """--dry_run's one line: the plan of this run on the hardware it was built on."""
-    precision = exp.layout.precision
-    return plan_lib.detected_line(model_of(exp, {precision: memory}, precision),
-                                  exp.layout.hardware.accelerator,
-                                  exp.strategy.num_replicas_in_sync)
 
 
 def summary(exp: Experiment) -> dict:

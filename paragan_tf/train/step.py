@@ -24,7 +24,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import placement as placement_lib
-from paragan_tf.models import staging
+from paragan_tf.distribute import staging
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses as losses_lib
@@ -34,6 +34,14 @@ from paragan_tf.train import nan_guard
 from paragan_tf.train import optimizers as optimizers_lib
 
 Batch = Tuple[tf.Tensor, tf.Tensor]
+
+
+def _on_device_of(tensor: tf.Tensor, fn: Callable[[], tf.Tensor]) -> tf.Tensor:
+    """fn() on `tensor`'s device, if it has one."""
+    if not tensor.device:
+        return fn()
+    with tf.device(tensor.device):
+        return fn()
 
 
 def average_over_global_batch(per_example: tf.Tensor, global_batch_size: int) -> tf.Tensor:
@@ -238,11 +246,16 @@ class GANStep:
             return tape.gradient(reg, variables,
                                  unconnected_gradients=tf.UnconnectedGradients.ZERO)
 
-    @staticmethod
-    def _add(acc, grads):
+    def _add(self, acc, grads):
         # Embedding gradients arrive as IndexedSlices; the tables are small, densify.
         grads = [tf.convert_to_tensor(g) for g in grads]
-        return grads if acc is None else [a + g for a, g in zip(acc, grads)]
+        if acc is None:
+            return grads
+        if not self.placement.split:
+            return [a + g for a, g in zip(acc, grads)]
+        # A spread replica: each running sum beside its gradient, on its network's or
+        # stage's device (unplaced, it would land on the first device).
+        return [_on_device_of(g, lambda a=a, g=g: a + g) for a, g in zip(acc, grads)]
 
     def d_gradients(self, real: Sequence[Batch], noise: Sequence[Batch], fakes=None):
         """One D update's loss, gradients and logit sums over its micro-batches.

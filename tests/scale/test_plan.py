@@ -89,8 +89,10 @@ import pytest
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import devices
 from paragan_tf.scale import memory as memory_lib
+from paragan_tf.scale import modes
 from paragan_tf.scale import plan
 from paragan_tf.train import experiment
+from paragan_tf.train import planning
 
 BIGGAN_PYTORCH_SECONDS = 15 * 86400 / 150_000  # 8.64
 PARAGAN_SECONDS = 14 * 3600 / 150_000  # 0.336
@@ -126,7 +128,7 @@ def imagenet128():
     """BigGAN-PyTorch's ImageNet-128 recipe, built at float32 and bfloat16 (no training)."""
     experiment.parse(["gin/biggan_imagenet128.gin", "gin/policies/biggan_pytorch.gin"],
                      ["train.total_steps = 150000"], finalize=False)
-    return experiment.plan_model(["float32", "mixed_bfloat16"])
+    return planning.plan_model(["float32", "mixed_bfloat16"])
 
 
 def _studiogan(gin_file, bindings):
@@ -134,7 +136,7 @@ def _studiogan(gin_file, bindings):
     # only the embeddings (counted in the parameter checks), not the step's FLOPs.
     experiment.parse([gin_file], bindings + ["dataset.name = 'synthetic'",
                                              "layout.precision = 'float32'"], finalize=False)
-    return experiment.plan_model(["float32"], progress=lambda _: None)
+    return planning.plan_model(["float32"], progress=lambda _: None)
 
 
 @pytest.fixture(scope="module")
@@ -306,10 +308,10 @@ def test_fit_takes_the_fewest_micro_batches_then_recompute():
                              activations=activations(100), activations_recompute=activations(10))
     # total = 100 + 1.4 (RUNTIME_FACTOR) x 100 x micro <= 1,000: micro <= 6, and a
     # micro-batch divides the 64 examples: 16 micro-batches of 4.
-    assert plan.fit(memory, 64, 1000) == (16, 4, False)
+    assert modes.fit(memory, 64, 1000) == (16, 4, False)
     # 100 + 140 > 200 at micro 1: only recompute fits (100 + 14 x micro <= 200: 4 again).
-    assert plan.fit(memory, 64, 200) == (16, 4, True)
-    assert plan.fit(memory, 64, 100) is None
+    assert modes.fit(memory, 64, 200) == (16, 4, True)
+    assert modes.fit(memory, 64, 100) is None
 
 
 def test_the_split_plan_puts_each_network_and_its_state_on_its_own_device(imagenet128):
@@ -345,7 +347,7 @@ def test_the_mode_a_target_needs():
                             dict(fits=False))
 
     def needed(data, shard, split, stages=no):
-        return plan.mode_needed(data, dict(shard=shard, split=split, stages2=stages))[0]
+        return modes.mode_needed(data, dict(shard=shard, split=split, stages2=stages))[0]
     assert needed((4, 4, False), fits, fits) == "data"
     assert needed((4, 4, True), fits, fits) == "shard"
     assert needed(None, no, fits) == "split"
@@ -382,7 +384,7 @@ def test_the_plan_for_the_zen4_machine_against_its_recorded_run():
     A peak counting 4 cores instead of 2 gives 0.35 and fails."""
     experiment.parse(["gin/mnist_default.gin"], ["layout.precision = 'mixed_bfloat16'"],
                      finalize=False)
-    model = experiment.plan_model(["mixed_bfloat16"], progress=lambda _: None)
+    model = planning.plan_model(["mixed_bfloat16"], progress=lambda _: None)
     zen4 = dataclasses.replace(devices.CATALOGUE["v100"], name="zen4", family="cpu",
                                peak_fp32_tflops=2 * 3.67 * 32 / 1000,
                                peak_bf16_tflops=2 * 3.67 * 64 / 1000, memory_gib=24.0,

@@ -1,7 +1,7 @@
 """G and D on two devices within a replica (distribute/placement.py, train/step.py): every
 variable and op on its network's device, the split training run equal to the unsplit one with
 every step feature on (and its checkpoint and evaluation too), the NaN guard, and what is
-refused by name; pipeline stages (models/staging.py): the balance, each block's forward and
+refused by name; pipeline stages (distribute/staging.py): the balance, each block's forward and
 backward on its stage's device, the staged run equal to the unstaged one."""
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.distribute import placement as placement_lib
+from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
-from paragan_tf.models import staging
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
+from paragan_tf.train import planning
 from paragan_tf.train import sync_trainer
 from tests.helpers.training import mirrored_2
 
@@ -210,11 +211,18 @@ def test_pipeline_stages_place_each_block_and_its_backward_on_its_device_and_equ
             found = {_index(op.device) for op in ops
                      if re.search(rf"{network}(_\d+)?/{scope}", op.name)}
             assert found == {_index(device)}, (network, scope, found)
+    # Accumulation's running sums of the gradients (train.accumulation = 2) stay beside
+    # their gradients: an add of two tensors made on one device runs there.
+    adds = [op for op in ops if op.type == "AddV2" and op.inputs[0].op.device and
+            {_index(t.op.device) for t in op.inputs} == {_index(op.inputs[0].op.device)}]
+    assert len(adds) > 20 and all(_index(op.device or "/device:CPU:0") == _index(
+        op.inputs[0].op.device) for op in adds), [op.name for op in adds if _index(
+            op.device or "/device:CPU:0") != _index(op.inputs[0].op.device)][:5]
     # The memory plan traces each side as the unstaged step runs it; its stages share it.
-    staged = experiment.memory_of(exp)
+    staged = planning.memory_of(exp)
     gin.clear_config()
     tiny_gin(*FEATURES)
-    unstaged = experiment.memory_of(experiment.build(_one_device()))
+    unstaged = planning.memory_of(experiment.build(_one_device()))
     for side in ("G", "D"):
         for update in ("d_update", "g_update"):
             assert staged.sides[side].activation_bytes(update, 8, False) == \
