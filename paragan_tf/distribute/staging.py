@@ -37,8 +37,7 @@ def call(fn: Callable[..., tf.Tensor], tensors: Sequence[tf.Tensor], device: str
 
     @tf.custom_gradient
     def staged(*inputs):
-        # Persistent: a penalty (R1) differentiates the same forward once more.
-        with tf.GradientTape(persistent=True) as tape:
+        with tf.GradientTape() as tape:
             tape.watch(inputs)
             output = fn(*inputs)
 

@@ -182,7 +182,7 @@ def _update_activations(generator, discriminator, recompute: bool
     saved = generator.recompute, discriminator.recompute
     # Traced unstaged: pipeline stages would place blocks on devices other than the two
     # sides' labels. A stage's plan is its blocks' share of its side's (Plan.share).
-    placed = [getattr(m, "block_devices", ()) for m in (generator, discriminator)]
+    placed = generator.block_devices, discriminator.block_devices
     generator.recompute = discriminator.recompute = recompute
     generator.block_devices = discriminator.block_devices = ()
     try:

@@ -36,12 +36,10 @@ from paragan_tf.train import optimizers as optimizers_lib
 Batch = Tuple[tf.Tensor, tf.Tensor]
 
 
-def _on_device_of(tensor: tf.Tensor, fn: Callable[[], tf.Tensor]) -> tf.Tensor:
-    """fn() on `tensor`'s device, if it has one."""
-    if not tensor.device:
-        return fn()
-    with tf.device(tensor.device):
-        return fn()
+def _sum_beside(acc: tf.Tensor, grad: tf.Tensor) -> tf.Tensor:
+    """acc + grad on grad's device (a tensor without one: the enclosing scope's)."""
+    with tf.device(grad.device):
+        return acc + grad
 
 
 def average_over_global_batch(per_example: tf.Tensor, global_batch_size: int) -> tf.Tensor:
@@ -255,7 +253,7 @@ class GANStep:
             return [a + g for a, g in zip(acc, grads)]
         # A spread replica: each running sum beside its gradient, on its network's or
         # stage's device (unplaced, it would land on the first device).
-        return [_on_device_of(g, lambda a=a, g=g: a + g) for a, g in zip(acc, grads)]
+        return [_sum_beside(a, g) for a, g in zip(acc, grads)]
 
     def d_gradients(self, real: Sequence[Batch], noise: Sequence[Batch], fakes=None):
         """One D update's loss, gradients and logit sums over its micro-batches.
