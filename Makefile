@@ -40,12 +40,16 @@ fashion-mnist:
 train: setup
 	$(PY) bin/train.py --gin_file=$(GIN_FILE) --model_dir=$(MODEL_DIR) $(TRAIN_ARGS)
 
-# Three pytest workers on two cores, a test file each at a time: tests wait a good part
-# of their time (processes starting, sleeping stores, servers), and a third file fills
-# it: 17-19 min here (two runs) against 21 with two workers. Files start longest first
-# (tests/conftest.py), not in xdist's order by test count.
+# One pytest worker per core plus one, a test file each at a time: tests wait a good part
+# of their time (processes starting, sleeping stores, servers), and the extra worker fills
+# it (three on two cores: 17-19 min against 21 with two, when the suite was smaller). Files
+# start longest first, by the seconds each took in tests/durations.json (tests/conftest.py),
+# not in xdist's order by test count. PARAGAN_TF_TEST_COSTS=FILE records where each test's
+# time goes (tests/helpers/costs.py; benchmarks/probes/test_durations.py sums it).
+WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
 test: setup
-	$(PY) -m pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -p tests.helpers.costs \
+	  --durations=25 $(PYTEST_ARGS)
 
 # The fast unit tests through Bazel, offline: Debian's bazel-bootstrap (4.2.3) with the
 # local stand-ins named in WORKSPACE and .venv's python as the registered toolchain.

@@ -11,4 +11,5 @@ ps_streams         coordinator script (run as a process): each worker's own shuf
 slurm_cluster      a single-node Slurm cluster on localhost
 paper_biggan       BigGAN at the paper's shape, and a one-step GANStep
 tiny_tfds          a 12-example TFDS dataset built offline
+costs              a pytest plugin: where each test's time goes (make test loads it)
 """

@@ -1,0 +1,142 @@
+"""The test suite's time, by file and by test, from one `make test` run; writes the start
+order's durations (tests/durations.json) that tests/conftest.py schedules the files by.
+
+    PARAGAN_TF_TEST_COSTS=/tmp/costs.jsonl make test \
+        PYTEST_ARGS='--junitxml=/tmp/junit.xml'
+    python benchmarks/probes/test_durations.py --junit=/tmp/junit.xml \
+        --costs=/tmp/costs.jsonl [--write] [--top=25]
+
+--junit is pytest's own report (each test's set-up, call and tear-down seconds); --costs,
+optional, is what tests/helpers/costs.py recorded of the same run: CPU seconds in the test's
+process and in the processes it started, and how many it started. A process's start-up is
+dominated by importing TensorFlow: --import_cpu (measured here when not given) times the
+number of processes estimates that share. --write replaces tests/durations.json with this
+run's seconds per file and the machine they were measured on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DURATIONS = os.path.join(REPO, "tests", "durations.json")
+
+
+def _file_of(classname: str) -> str:
+    """tests/train/test_step.py for 'tests.train.test_step' (or '...test_step.SomeClass')."""
+    parts = classname.split(".")
+    for end in range(len(parts), 0, -1):
+        path = os.path.join(*parts[:end]) + ".py"
+        if os.path.exists(os.path.join(REPO, path)):
+            return path
+    raise ValueError(f"no test file for {classname!r}")
+
+
+def read_junit(path: str) -> dict:
+    """{test id: seconds} (set-up, call and tear-down together: pytest's 'total')."""
+    tests = {}
+    for case in ET.parse(path).iter("testcase"):
+        name = f"{_file_of(case.get('classname'))}::{case.get('name')}"
+        tests[name] = tests.get(name, 0.0) + float(case.get("time", 0.0))
+    return tests
+
+
+def read_costs(path: str) -> dict:
+    """{test id: its line} of tests/helpers/costs.py's file."""
+    with open(path) as f:
+        return {line["test"]: line for line in map(json.loads, f) if line}
+
+
+def by_file(tests: dict) -> dict:
+    files = collections.defaultdict(float)
+    for name, seconds in tests.items():
+        files[name.split("::")[0]] += seconds
+    return dict(sorted(files.items(), key=lambda kv: -kv[1]))
+
+
+def import_cpu() -> float:
+    """CPU seconds of a fresh process that imports what every binary imports."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", "import paragan_tf.train.experiment"], cwd=REPO,
+                   check=True, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def _machine() -> str:
+    """'AMD EPYC, family 25 model 17, 2 cores at 3.66 GHz' (the clock measured now)."""
+    sys.path.insert(0, REPO)
+    from paragan_tf.scale import cpu_peak  # pylint: disable=import-outside-toplevel
+    info = cpu_peak.cpuinfo()
+    clock = cpu_peak.measure_clock_ghz()
+    return (f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} model "
+            f"{info.get('model', '?')}, {len(os.sched_getaffinity(0))} cores"
+            + (f" at {clock:.2f} GHz" if clock else ""))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--junit", required=True)
+    parser.add_argument("--costs")
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--import_cpu", type=float)
+    parser.add_argument("--write", action="store_true")
+    parser.add_argument("--json", help="also write the whole summary here")
+    args = parser.parse_args(argv)
+    tests = read_junit(args.junit)
+    files = by_file(tests)
+    costs = read_costs(args.costs) if args.costs else {}
+    total = sum(tests.values())
+    print(f"{len(tests)} tests in {len(files)} files, {total:.0f} s of test time in all")
+    print(f"\nthe {args.top} slowest files (seconds):")
+    for path, seconds in list(files.items())[:args.top]:
+        print(f"  {seconds:7.1f}  {path}")
+    summary = dict(tests=len(tests), total_seconds=round(total, 1),
+                   files={k: round(v, 1) for k, v in files.items()})
+    if costs:
+        per_process = args.import_cpu if args.import_cpu is not None else import_cpu()
+        print(f"\nthe {args.top} slowest tests: wall, CPU in the test's process, CPU in "
+              f"the processes it started (of which start-up at {per_process:.1f} s each), "
+              f"and off the CPU (wall - CPU: waiting, or queued behind the other workers)")
+        rows = []
+        for name, seconds in sorted(tests.items(), key=lambda kv: -kv[1])[:args.top]:
+            line = costs.get(name, {})
+            own, children = line.get("cpu_self", 0.0), line.get("cpu_children", 0.0)
+            started = line.get("processes", 0)
+            rows.append(dict(test=name, wall=round(seconds, 1), cpu_self=own,
+                             cpu_children=children, processes=started,
+                             startup=round(started * per_process, 1)))
+            print(f"  {seconds:6.1f}  self {own:6.1f}  children {children:6.1f} "
+                  f"({started} processes, ~{started * per_process:5.1f} start-up)  "
+                  f"off CPU ~{max(0.0, seconds - own - children):5.1f}  {name}")
+        summary.update(import_cpu=round(per_process, 2), slowest=rows,
+                       cpu_self=round(sum(c["cpu_self"] for c in costs.values()), 1),
+                       cpu_children=round(sum(c["cpu_children"] for c in costs.values()), 1),
+                       processes=sum(c["processes"] for c in costs.values()))
+        print(f"\nall tests: {summary['cpu_self']:.0f} CPU s in the workers, "
+              f"{summary['cpu_children']:.0f} in {summary['processes']} started processes")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(summary, f, indent=1)
+    if args.write:
+        # Keyed as tests/conftest.py looks them up: by path under tests/.
+        record = dict(machine=_machine(), date=time.strftime("%Y-%m-%d"),
+                      command="make test", seconds={
+                          os.path.relpath(k, "tests"): v for k, v in summary["files"].items()})
+        with open(DURATIONS, "w") as f:
+            json.dump(record, f, indent=1)
+            f.write("\n")
+        print(f"wrote {DURATIONS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
