@@ -52,6 +52,7 @@ from paragan_tf.train import driver
 # G) and the default's 0.990, leaving 0.19 for another machine's numerics.
 GAP_STANDARD_ERRORS = 3.0
 MIN_ACCURACY = 0.8
+STEPS = 300  # at 200 G is not class-conditional yet: accuracy 0.327 (2026-11-28)
 
 
 @pytest.mark.slow
@@ -60,7 +61,7 @@ def test_the_default_experiment_learns_class_conditional_digits(tmp_path, mnist_
     assert info["test_accuracy"] > 0.9  # the judge itself must be good
     # Checkpoint and samples at the end only (the last step always has both).
     experiment.parse(["gin/mnist_default.gin"], [
-        "dataset.split = 'train[:4500]'", "train.total_steps = 300",
+        "dataset.split = 'train[:4500]'", f"train.total_steps = {STEPS}",
         "train.checkpoint_every = 100000",
         "train.sample_every = 100000", "eval.feature_extractor = 'classifier'",
         f"eval.classifier_path = '{classifier_dir}'", "eval.num_samples = 1000",
