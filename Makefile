@@ -43,9 +43,9 @@ train: setup
 # One pytest worker per core plus one, a test file each at a time: tests wait a good part
 # of their time (processes starting, sleeping stores, servers), and the extra worker fills
 # it (three on two cores: 17-19 min against 21 with two, when the suite was smaller). Files
-# start longest first, by the seconds each took in tests/durations.json (tests/conftest.py),
-# not in xdist's order by test count. PARAGAN_TF_TEST_COSTS=FILE records where each test's
-# time goes (tests/helpers/costs.py; benchmarks/probes/test_durations.py sums it).
+# start longest first (tests/conftest.py), not in xdist's order by test count.
+# PARAGAN_TF_TEST_COSTS=FILE records where each test's time goes (tests/helpers/costs.py;
+# benchmarks/probes/test_durations.py sums it).
 WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
 test: setup
 	$(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -p tests.helpers.costs \

@@ -1,17 +1,15 @@
-"""The test suite's time, by file and by test, from one `make test` run; writes the start
-order's durations (tests/durations.json) that tests/conftest.py schedules the files by.
+"""The test suite's time, by file and by test, from one `make test` run.
 
     PARAGAN_TF_TEST_COSTS=/tmp/costs.jsonl make test \
         PYTEST_ARGS='--junitxml=/tmp/junit.xml'
     python benchmarks/probes/test_durations.py --junit=/tmp/junit.xml \
-        --costs=/tmp/costs.jsonl [--write] [--top=25]
+        --costs=/tmp/costs.jsonl [--top=25] [--json=summary.json]
 
 --junit is pytest's own report (each test's set-up, call and tear-down seconds); --costs,
 optional, is what tests/helpers/costs.py recorded of the same run: CPU seconds in the test's
 process and in the processes it started, and how many it started. A process's start-up is
 dominated by importing TensorFlow: --import_cpu (measured here when not given) times the
-number of processes estimates that share. --write replaces tests/durations.json with this
-run's seconds per file and the machine they were measured on.
+number of processes estimates that share.
 """
 
 from __future__ import annotations
@@ -23,11 +21,9 @@ import os
 import resource
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DURATIONS = os.path.join(REPO, "tests", "durations.json")
 
 
 def _file_of(classname: str) -> str:
@@ -71,24 +67,12 @@ def import_cpu() -> float:
     return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
-def _machine() -> str:
-    """'AMD EPYC, family 25 model 17, 2 cores at 3.66 GHz' (the clock measured now)."""
-    sys.path.insert(0, REPO)
-    from paragan_tf.scale import cpu_peak  # pylint: disable=import-outside-toplevel
-    info = cpu_peak.cpuinfo()
-    clock = cpu_peak.measure_clock_ghz()
-    return (f"{info.get('model name', '?')}, family {info.get('cpu family', '?')} model "
-            f"{info.get('model', '?')}, {len(os.sched_getaffinity(0))} cores"
-            + (f" at {clock:.2f} GHz" if clock else ""))
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--junit", required=True)
     parser.add_argument("--costs")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--import_cpu", type=float)
-    parser.add_argument("--write", action="store_true")
     parser.add_argument("--json", help="also write the whole summary here")
     args = parser.parse_args(argv)
     tests = read_junit(args.junit)
@@ -126,15 +110,6 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
-    if args.write:
-        # Keyed as tests/conftest.py looks them up: by path under tests/.
-        record = dict(machine=_machine(), date=time.strftime("%Y-%m-%d"),
-                      command="make test", seconds={
-                          os.path.relpath(k, "tests"): v for k, v in summary["files"].items()})
-        with open(DURATIONS, "w") as f:
-            json.dump(record, f, indent=1)
-            f.write("\n")
-        print(f"wrote {DURATIONS}")
     return 0
 
 
