@@ -99,20 +99,39 @@ def _train(tiny_gin, model_dir, placement: str, *bindings):
     return exp, before, result
 
 
+def _evaluation(classifier: str) -> tuple:
+    return (f"eval.classifier_path = '{classifier}'", "eval.num_samples = 120",
+            "eval.num_real = 120", "eval.batch_size = 60")
+
+
+def _trained_and_evaluated(tiny_gin, model_dir, placement: str, *bindings):
+    """(weights before, after, the evaluation at step 2) of _train's run. The weights are
+    taken before evaluating: sampling runs the EMA generator's power iterations."""
+    exp, before, result = _train(tiny_gin, model_dir, placement, *bindings)
+    assert np.isfinite(result["loss/G"]) and result["step"] == 2
+    after = _weights(exp)
+    evaluation = evaluator_lib.Evaluator(experiment.eval_subject(exp),
+                                         str(model_dir / "eval")).evaluate(2)
+    return before, after, evaluation
+
+
+@pytest.fixture(scope="module")
+def replica_run(mnist_classifier, tmp_path_factory):
+    """The reference both equality tests compare with, trained once: 2 steps of every
+    feature on one device, unsplit and unstaged."""
+    def tiny_gin(*bindings):  # the fixture's, which a module's fixture cannot take
+        experiment.parse(["gin/tiny.gin"], list(bindings), finalize=False)
+    run = _trained_and_evaluated(tiny_gin, tmp_path_factory.mktemp("replica"), "replica",
+                                 *_evaluation(mnist_classifier[0]))
+    gin.clear_config()
+    return run
+
+
 def test_split_training_equals_one_device_and_its_checkpoint_and_evaluation_too(
-        tiny_gin, tmp_path, mnist_classifier):
-    classifier, _ = mnist_classifier
-    evaluation = (f"eval.classifier_path = '{classifier}'", "eval.num_samples = 120",
-                  "eval.num_real = 120", "eval.batch_size = 60")
-    runs, evaluations = {}, {}
-    for placement in ("replica", "split"):
-        exp, before, result = _train(tiny_gin, tmp_path / placement, placement, *evaluation)
-        assert np.isfinite(result["loss/G"]) and result["step"] == 2
-        runs[placement] = before, _weights(exp)
-        evaluations[placement] = evaluator_lib.Evaluator(
-            experiment.eval_subject(exp), str(tmp_path / placement / "eval")).evaluate(2)
-        gin.clear_config()
-    (init_1, one), (init_2, split) = runs["replica"], runs["split"]
+        tiny_gin, tmp_path, mnist_classifier, replica_run):
+    init_1, one, evaluated_1 = replica_run
+    init_2, split, evaluated_2 = _trained_and_evaluated(
+        tiny_gin, tmp_path / "split", "split", *_evaluation(mnist_classifier[0]))
     moved, off = {}, {}
     for name in one:
         np.testing.assert_array_equal(init_2[name], init_1[name], err_msg=name)
@@ -126,8 +145,8 @@ def test_split_training_equals_one_device_and_its_checkpoint_and_evaluation_too(
     # image gradients (G's gradients of the images' sum instead) was 0.066 off for G.
     for network in moved:
         assert off[network] < 1e-5 * moved[network], (network, off[network], moved[network])
-    for key, value in evaluations["replica"].items():
-        assert evaluations["split"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    for key, value in evaluated_1.items():
+        assert evaluated_2[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
     # The split run's checkpoint restores into an unsplit build: the same weights.
     restored, _ = experiment.restore(str(tmp_path / "split"),
                                      gin_bindings=["model_parallel.placement = 'replica'"])
@@ -184,7 +203,7 @@ def test_balance_gives_contiguous_stages_with_the_smallest_largest_cost():
 
 
 def test_pipeline_stages_place_each_block_and_its_backward_on_its_device_and_equal_one(
-        tiny_gin, tmp_path):
+        tiny_gin, tmp_path, mnist_classifier, replica_run):
     """Two stages per network on the two logical CPUs: block by block, forward and
     backward ops on the block's stage; the run equals the unstaged one."""
     tiny_gin("model_parallel.stages = 2", *FEATURES)
@@ -228,13 +247,10 @@ def test_pipeline_stages_place_each_block_and_its_backward_on_its_device_and_equ
             assert staged.sides[side].activation_bytes(update, 8, False) == \
                 unstaged.sides[side].activation_bytes(update, 8, False), (side, update)
     gin.clear_config()
-    runs = {}
-    for stages in (1, 2):
-        exp, before, _ = _train(tiny_gin, tmp_path / str(stages), "replica",
-                                f"model_parallel.stages = {stages}")
-        runs[stages] = before, _weights(exp)
-        gin.clear_config()
-    (init_1, one), (init_2, two) = runs[1], runs[2]
+    # Against the reference run (one stage), trained once for this file, with its bindings.
+    exp, before, _ = _train(tiny_gin, tmp_path / "2", "replica", "model_parallel.stages = 2",
+                            *_evaluation(mnist_classifier[0]))
+    (init_1, one, _), init_2, two = replica_run, before, _weights(exp)
     for name in one:
         np.testing.assert_array_equal(init_2[name], init_1[name], err_msg=name)
         network = name.split("/")[0]
