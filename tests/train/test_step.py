@@ -58,6 +58,15 @@ def test_one_step_trains_every_loss_d_steps_and_bn_mode(tiny_gin, tmp_path, loss
     assert any(n.startswith("generator_ema/") for n in changed)
 
 
+@pytest.fixture(scope="module")
+def one_device_step(tmp_path_factory):
+    """_train_one_step on one device, made once for the two tests that compare two replicas
+    with it (with and without synchronised BN: on one device the two are the same BN)."""
+    def tiny_gin(*bindings):  # the fixture's, which a module's fixture cannot take
+        experiment.parse(["gin/tiny.gin"], list(bindings), finalize=False)
+    return _train_one_step(tiny_gin, _one_device(), tmp_path_factory.mktemp("one_device"))
+
+
 def _train_one_step(tiny_gin, strategy, model_dir, sync_bn=True):
     # SGD: an update proportional to the gradient, so any gradient mismatch shows
     # (Adam's first step is ~lr * sign(g) and would hide a factor of two).
@@ -72,8 +81,8 @@ def _train_one_step(tiny_gin, strategy, model_dir, sync_bn=True):
     return initial, _weights(exp)
 
 
-def test_two_replicas_match_one_device_after_a_step(tiny_gin, tmp_path):
-    init_1, one = _train_one_step(tiny_gin, _one_device(), tmp_path / "one")
+def test_two_replicas_match_one_device_after_a_step(tiny_gin, tmp_path, one_device_step):
+    init_1, one = one_device_step
     init_2, two = _train_one_step(tiny_gin, mirrored_2(), tmp_path / "two")
     assert init_1.keys() == init_2.keys()
     for name in init_1:
@@ -96,9 +105,12 @@ def _mismatch(initial, one, two) -> dict:
     return ratios
 
 
-def test_two_replicas_without_sync_bn_differ_so_the_equivalence_test_can_fail(tiny_gin, tmp_path):
-    initial, one = _train_one_step(tiny_gin, _one_device(), tmp_path / "one", sync_bn=False)
-    _, two = _train_one_step(tiny_gin, mirrored_2(), tmp_path / "two", sync_bn=False)
+def test_two_replicas_without_sync_bn_differ_so_the_equivalence_test_can_fail(
+        tiny_gin, tmp_path, one_device_step):
+    initial, one = one_device_step
+    initial_2, two = _train_one_step(tiny_gin, mirrored_2(), tmp_path / "two", sync_bn=False)
+    for name in initial:  # the same start: the difference is the unsynchronised BN's
+        np.testing.assert_array_equal(initial_2[name], initial[name], err_msg=name)
     assert _mismatch(initial, one, two)["generator/"] > 1e-2
 
 
