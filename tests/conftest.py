@@ -83,11 +83,8 @@ def clean_gin():
 @pytest.fixture
 def tiny_gin():
     """Parses gin/tiny.gin plus extra bindings (unfinalised, so tests may add more)."""
-    from paragan_tf.train import experiment
-
-    def parse(*bindings):
-        experiment.parse(["gin/tiny.gin"], list(bindings), finalize=False)
-    return parse
+    from tests.helpers.training import parse_tiny
+    return parse_tiny
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Small runs and what they train on: two replicas, 6 steps of gin/tiny.gin, a folder of
-images, and a saved classifier declared for another dataset."""
+"""Small runs and what they train on: gin/tiny.gin parsed, two replicas, 6 steps of
+gin/tiny.gin, a folder of images, and a saved classifier declared for another dataset."""
 
 from __future__ import annotations
 
@@ -9,6 +9,13 @@ import shutil
 
 import numpy as np
 import tensorflow as tf
+
+
+def parse_tiny(*bindings: str) -> None:
+    """Parses gin/tiny.gin plus extra bindings (unfinalised, so tests may add more); what the
+    tiny_gin fixture hands a test, and what a module's fixture (which cannot take it) calls."""
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    experiment.parse(["gin/tiny.gin"], list(bindings), finalize=False)
 
 
 def mirrored_2() -> tf.distribute.Strategy:

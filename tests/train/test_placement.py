@@ -21,7 +21,7 @@ from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.train import planning
 from paragan_tf.train import sync_trainer
-from tests.helpers.training import mirrored_2
+from tests.helpers.training import mirrored_2, parse_tiny
 
 G_DEVICE, D_DEVICE = 0, 1  # the logical CPUs conftest.py makes
 # Every step feature that touches placement: two D steps, two accumulated micro-batches,
@@ -119,9 +119,7 @@ def _trained_and_evaluated(tiny_gin, model_dir, placement: str, *bindings):
 def replica_run(mnist_classifier, tmp_path_factory):
     """The reference both equality tests compare with, trained once: 2 steps of every
     feature on one device, unsplit and unstaged."""
-    def tiny_gin(*bindings):  # the fixture's, which a module's fixture cannot take
-        experiment.parse(["gin/tiny.gin"], list(bindings), finalize=False)
-    run = _trained_and_evaluated(tiny_gin, tmp_path_factory.mktemp("replica"), "replica",
+    run = _trained_and_evaluated(parse_tiny, tmp_path_factory.mktemp("replica"), "replica",
                                  *_evaluation(mnist_classifier[0]))
     gin.clear_config()
     return run

@@ -19,7 +19,7 @@ from paragan_tf.train import sync_trainer
 from paragan_tf.train import optimizers
 from paragan_tf.train import step as step_lib
 from tests.helpers.paper_biggan import _tiny_step
-from tests.helpers.training import mirrored_2
+from tests.helpers.training import mirrored_2, parse_tiny
 
 
 def _weights(exp):
@@ -62,9 +62,7 @@ def test_one_step_trains_every_loss_d_steps_and_bn_mode(tiny_gin, tmp_path, loss
 def one_device_step(tmp_path_factory):
     """_train_one_step on one device, made once for the two tests that compare two replicas
     with it (with and without synchronised BN: on one device the two are the same BN)."""
-    def tiny_gin(*bindings):  # the fixture's, which a module's fixture cannot take
-        experiment.parse(["gin/tiny.gin"], list(bindings), finalize=False)
-    return _train_one_step(tiny_gin, _one_device(), tmp_path_factory.mktemp("one_device"))
+    return _train_one_step(parse_tiny, _one_device(), tmp_path_factory.mktemp("one_device"))
 
 
 def _train_one_step(tiny_gin, strategy, model_dir, sync_bn=True):
