@@ -41,4 +41,12 @@ def _load(submodule: str):
 
 
 losses_impl = _load("losses.losses_impl")
-classifier_metrics = _load("eval.classifier_metrics")
+
+
+def __getattr__(name: str):
+    """`classifier_metrics` on first use: it imports TensorFlow Probability (~0.7 CPU s),
+    which every process that trains (losses_impl) would otherwise pay before evaluating."""
+    if name == "classifier_metrics":
+        module = globals()[name] = _load("eval.classifier_metrics")
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

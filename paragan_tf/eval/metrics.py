@@ -16,10 +16,9 @@ import io
 from typing import Dict, Tuple
 
 import numpy as np
-import prdc
 import tensorflow as tf
 
-from paragan_tf.tfgan_compat import classifier_metrics as _tfgan
+from paragan_tf import tfgan_compat
 
 
 def _float64(x) -> tf.Tensor:
@@ -68,14 +67,14 @@ def kernel_distance(real: np.ndarray, generated: np.ndarray,
                     block_size: int = 1024) -> Tuple[float, float]:
     """KID: unbiased MMD^2 with the cubic polynomial kernel, averaged over blocks of at most
     `block_size` samples, and the standard error of that average."""
-    kid, std = _tfgan.kernel_classifier_distance_and_std_from_activations(
+    kid, std = tfgan_compat.classifier_metrics.kernel_classifier_distance_and_std_from_activations(
         _float64(real), _float64(generated), max_block_size=block_size)
     return float(kid), float(std)
 
 
 def classifier_score(logits: np.ndarray) -> float:
     """Inception Score: exp(E_x KL(p(y|x) || p(y))) from [n, classes] logits."""
-    return float(_tfgan.classifier_score_from_logits(_float64(logits)))
+    return float(tfgan_compat.classifier_metrics.classifier_score_from_logits(_float64(logits)))
 
 
 def conditional_accuracy(predicted: np.ndarray, requested: np.ndarray) -> float:
@@ -95,6 +94,9 @@ def precision_recall_density_coverage(real: np.ndarray, generated: np.ndarray,
     The computation is Naeem et al.'s reference package (prdc): the whole n x m
     distance matrix in memory, so callers bound n and m (eval.prdc_samples).
     """
+    # Imported here: prdc imports scikit-learn, ~1 CPU s that every training process (which
+    # imports this module through its evaluator) would pay for an evaluation it may not run.
+    import prdc  # pylint: disable=import-outside-toplevel
     with contextlib.redirect_stdout(io.StringIO()):  # prdc prints the sample counts
         result = prdc.compute_prdc(np.asarray(real, np.float32),
                                    np.asarray(generated, np.float32), nearest_k)
