@@ -67,6 +67,17 @@ _FILE_SECONDS = {
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
+def pytest_report_header(config):  # pylint: disable=unused-argument
+    """The machine at the top of every run: a suite's time means nothing without it (the
+    README's Development section tabulates them per machine)."""
+    from paragan_tf.scale import cpu_peak  # pylint: disable=import-outside-toplevel
+    info, clock = cpu_peak.cpuinfo(), cpu_peak.measure_clock_ghz()
+    return (f"machine: {info.get('model name', 'unknown CPU')} (family "
+            f"{info.get('cpu family', '?')} model {info.get('model', '?')}), "
+            f"{len(os.sched_getaffinity(0))} cores, "
+            + (f"{clock:.2f} GHz measured" if clock else "clock not measured"))
+
+
 def pytest_collection_modifyitems(items):
     def seconds(item):
         return _FILE_SECONDS.get(os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/"), 0)
