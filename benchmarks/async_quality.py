@@ -119,6 +119,7 @@ def _train(name: str, launch: launcher.LaunchConfig, condition: str, synchronous
                 raise RuntimeError(f"{name} recorded no progress (exit codes {codes}, "
                                    f"{START_TIMEOUT} s at most); see {log_path}")
             time.sleep(0.5)
+        records = 1  # progress records before the budget's (the first)
         meter = CpuMeter(started)
         meter.start()
         end = time.monotonic() + budget_seconds
@@ -139,13 +140,14 @@ def _train(name: str, launch: launcher.LaunchConfig, condition: str, synchronous
                 thread = _launch(launch, log, "even", stop, started, codes)
                 progress(f"{name}: relaunched the job from its last checkpoint")
         thread.join(timeout=max(0.0, end - time.monotonic()))
-        if condition == "restart" and synchronous:
-            # A relaunch still starting when the budget ends trains until its first
-            # progress record, so that it stops cleanly (images/s counts that time too).
-            deadline = time.monotonic() + START_TIMEOUT
-            while (len(run_files.read(model_dir, "log")) <= records and thread.is_alive()
-                   and time.monotonic() < deadline):
-                time.sleep(0.5)
+        # images/s is timed between progress records: a run that has not written one since
+        # the first (a loaded machine) or since its relaunch (still starting) trains on
+        # until it does, so that it has a rate and stops cleanly; its images/s counts that
+        # time too.
+        deadline = time.monotonic() + START_TIMEOUT
+        while (len(run_files.read(model_dir, "log")) <= records and thread.is_alive()
+               and time.monotonic() < deadline):
+            time.sleep(0.5)
         if not thread.is_alive():
             raise RuntimeError(f"{name} ended before its budget (exit {codes}); see {log_path}")
         meter.sample()
