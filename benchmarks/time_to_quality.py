@@ -7,7 +7,8 @@ in its own process on this machine for at most `budget_minutes` of training
 with a checkpoint and a progress record every `mark_steps` steps and no
 evaluation inside the loop. Configs run in turn, A B A B when `repeats` > 1.
 After each run every checkpoint is scored with the EMA generator (bin/eval.py
---watch on the finished run, so evaluation never touches the training clock):
+--watch on the finished run, so evaluation never touches the training clock; none
+where every checkpoint is scored already, as in a sweep's runs scored a second time):
 FCD and conditional accuracy with the dataset's classifier (trained once into
 <work_dir>/classifier_<dataset>_<resolution>px, bin/train_classifier.py), and FID on the
 standard Inception network at the last checkpoint (`fid_samples` generated
@@ -44,6 +45,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 from benchmarks import quality_runs
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import config as train_config
+from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import run_files
 
 CONFIGS = ("benchmarks/recipes/mnist_default_v1.gin", "gin/mnist_default.gin")
@@ -77,8 +79,25 @@ def train(model_dir: str, config: str, bindings: Sequence[str], budget_minutes: 
         return json.load(f)
 
 
+def scored(model_dir: str) -> bool:
+    """Whether the run has finished and eval/metrics.json has every checkpoint it names:
+    then bin/eval.py --watch would evaluate nothing (it skips the checkpoints recorded
+    there, whatever their protocol) and only cost a process (a sweep's runs scored again)."""
+    metrics = os.path.join(model_dir, "eval", "metrics.json")
+    if not (os.path.exists(os.path.join(model_dir, run_files.RESULT_FILE))
+            and os.path.exists(metrics)):
+        return False
+    with open(metrics) as f:
+        done = {e["checkpoint"] for e in json.load(f)["evaluations"]}
+    paths = model_dir_lib.checkpoint_paths(model_dir)
+    return bool(paths) and all(p in done for p in paths)
+
+
 def score(model_dir: str, classifier_dir: str, samples: int, real: int) -> None:
-    """FCD and conditional accuracy of every checkpoint of the finished run (eval/)."""
+    """FCD and conditional accuracy of every checkpoint of the finished run (eval/) not yet
+    scored there."""
+    if scored(model_dir):
+        return
     with open(model_dir + ".eval.log", "w") as log:
         subprocess.run([sys.executable, quality_runs.binary("eval.py"),
                         f"--model_dir={model_dir}", "--watch", "--poll_secs=1",
