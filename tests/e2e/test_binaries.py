@@ -9,10 +9,16 @@ import signal
 import subprocess
 import sys
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import driver
+from paragan_tf.train import experiment
+from paragan_tf.train import layout_tuning
+from paragan_tf.train import planning
 from tests.helpers import clusters
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 from tests.helpers.repo import PYTHON, REPO
@@ -69,7 +75,7 @@ def test_sample_binary_writes_a_class_row_grid(tiny_run, tmp_path):
     assert bad.returncode != 0 and "--classes [12] out of range" in bad.stderr
 
 
-def test_dry_run_prints_the_reference_cifar10_counts(tmp_path):
+def test_dry_run_prints_the_reference_cifar10_counts(tmp_path, monkeypatch):
     # This machine's step measured once (a layout cache entry, as the tuner writes it):
     # the plan of this_cpu reads its efficiency from there, and says when there is none.
     from paragan_tf import layout as layout_lib  # pylint: disable=import-outside-toplevel
@@ -80,12 +86,17 @@ def test_dry_run_prints_the_reference_cifar10_counts(tmp_path):
         hardware=signature, step=dict(precision=precision, resolution=32, batch_size=32),
         choice=dict(precision=precision), seconds_per_step=0.5, train_step_flops=2.0e10,
         date="2026-11-27 00:00:00 UTC")}))
-    none = run_binary("train.py", "--gin_file=gin/biggan_cifar10.gin", "--dry_run",
-                      env={"PARAGAN_TF_LAYOUT_CACHE": str(tmp_path / "empty.json")})
-    assert none.returncode == 0, none.stderr[-3000:]
-    facts = json.loads(none.stdout.strip().splitlines()[-1])
-    assert facts["plan"].startswith(f"no plan: this_cpu has no measured step at {precision}")
-    assert facts["layout"]["source"] == "rule"
+    # Without an entry the plan says so: the dry run's own steps (bin/train.py's _main),
+    # in this process on gin/tiny.gin (float32 pinned): a second cifar10 process cost ~20 s.
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "empty.json"))
+    experiment.parse(["gin/tiny.gin"], [])
+    settings = experiment.Settings.read()
+    tiny = experiment.build(check_data=False, settings=settings,
+                            measured=layout_tuning.settle(settings, allow_measuring=False))
+    assert planning.plan_line(tiny, planning.memory_of(tiny)).startswith(
+        "no plan: this_cpu has no measured step at float32")
+    assert experiment.summary(tiny)["layout"]["source"] == "rule"
+    gin.clear_config()
     result = run_binary("train.py", "--gin_file=gin/biggan_cifar10.gin", "--dry_run",
                         env={"PARAGAN_TF_LAYOUT_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -130,9 +141,37 @@ BAD_INPUT = {
 }
 
 
+# Refused in this process, through the steps of bin/train.py's _main that reach them (a
+# process each would cost ~5 CPU s of TensorFlow import): the ConfigError whose first line
+# common.absl_main prints as the binary's one error line, exit code 2. The binary itself
+# turns every ConfigError the same way, as the other cases show end to end, one per phase
+# of _main: gin parsing, the cluster (TF_CONFIG, Slurm), the strategy (TPU), the data
+# check, the driver. Not in-process: those that would build a multi-worker or TPU
+# strategy in this process if the refusal were gone.
+IN_PROCESS = ("unknown dataset", "tfds not prepared", "batch not divisible",
+              "non-positive learning rate", "unknown configurable")
+
+
+def _refused_in_process(bindings, model_dir) -> str:
+    """bin/train.py's _main up to its first step, here: its ConfigError's first line."""
+    gin.clear_config()
+    try:
+        with pytest.raises(ConfigError) as refused:
+            experiment.parse(["gin/tiny.gin"], bindings)  # common.parse_gin
+            settings = experiment.Settings.read()
+            measured = layout_tuning.settle(settings, allow_measuring=False)
+            exp = experiment.build(check_data=True, settings=settings, measured=measured)
+            driver.train(exp, model_dir)
+    finally:
+        gin.clear_config()
+    return str(refused.value).strip().splitlines()[0]
+
+
 def test_bad_input_exits_non_zero_with_one_line_naming_the_setting(tmp_path):
     procs = {}
     for name, (bindings, _, *env) in BAD_INPUT.items():  # all at once: mostly TF import
+        if name in IN_PROCESS:
+            continue
         args = [PYTHON, os.path.join(REPO, "bin", "train.py"), "--gin_file=gin/tiny.gin",
                 f"--model_dir={tmp_path / name.replace(' ', '_')}"]
         args += [f"--gin_bindings={b}" for b in bindings]
@@ -145,8 +184,13 @@ def test_bad_input_exits_non_zero_with_one_line_naming_the_setting(tmp_path):
 
     def stderr_of(name):
         return (tmp_path / f"{name.replace(' ', '_')}.err").read_text()
-    # Eleven processes on however many cores: no deadline, as long as they keep printing.
     try:
+        for name in IN_PROCESS:  # while the binaries import TensorFlow
+            bindings, setting = BAD_INPUT[name]
+            model_dir = tmp_path / name.replace(" ", "_")
+            assert setting in _refused_in_process(bindings, str(model_dir)), name
+            assert not glob.glob(str(model_dir / "ckpt-*")), name
+        # Six processes on however many cores: no deadline, as long as they keep printing.
         clusters.wait_while_progressing(
             lambda: True if all(p.poll() is not None for p in procs.values()) else None,
             lambda: "".join(stderr_of(name) for name in procs), "the bad-input runs")
