@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -18,33 +20,56 @@ from paragan_tf.train import driver
 from paragan_tf.train import run_files
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 from tests.helpers.repo import relative
-from tests.helpers.training import declared_for, mirrored_2
+from tests.helpers.training import declared_for, mirrored_2, parse_tiny
 
 
-def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(tiny_gin, tmp_path,
-                                                            mnist_classifier):
+@pytest.fixture(scope="module")
+def evaluated_run(tmp_path_factory, mnist_classifier):
+    """4 steps of gin/tiny.gin, evaluated in the loop at steps 2 and 4 (its checkpoints),
+    trained once: the in-loop test reads its records, the eval binary evaluates its
+    checkpoints again. (run folder, driver.train's result)."""
+    root = tmp_path_factory.mktemp("evaluated_run")
+    run_dir = root / "run"
+    # The loop's classifier is a copy, gone once the run ends: the run's operative config
+    # names a folder that no longer exists, so the eval binary can only use the one its
+    # --gin_bindings give it.
+    loop_classifier = str(root / "loop_classifier")
+    shutil.copytree(mnist_classifier[0], loop_classifier)
+    gin.clear_config()
+    parse_tiny("train.total_steps = 4", "eval.every_steps = 2",
+               f"eval.classifier_path = '{loop_classifier}'", "eval.num_samples = 100",
+               "eval.num_real = 100", "eval.batch_size = 50")
+    try:
+        result = driver.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")),
+                              str(run_dir))
+    finally:
+        gin.clear_config()
+    shutil.rmtree(loop_classifier)
+    return run_dir, result
+
+
+def test_eval_binary_on_a_tiny_checkpoint_then_as_a_sidecar(evaluated_run, mnist_classifier):
     path, _ = mnist_classifier
-    tiny_gin("train.total_steps = 4")  # checkpoints at steps 2 and 4
-    driver.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")), str(tmp_path))
+    run_dir, _ = evaluated_run  # checkpoints at steps 2 and 4
     # Folders as a user types them: relative to where the binary runs.
-    flags = [f"--model_dir={relative(tmp_path)}",
+    flags = [f"--model_dir={relative(run_dir)}",
              f"--gin_bindings=eval.classifier_path='{relative(path)}'",
-             "--gin_bindings=eval.num_samples=200", "--gin_bindings=eval.num_real=200",
-             "--gin_bindings=eval.batch_size=100"]
-    proc = run_binary("eval.py", *flags, f"--checkpoint={relative(tmp_path / 'ckpt-2')}")
+             "--gin_bindings=eval.num_samples=100", "--gin_bindings=eval.num_real=100",
+             "--gin_bindings=eval.batch_size=50"]
+    proc = run_binary("eval.py", *flags, f"--checkpoint={relative(run_dir / 'ckpt-2')}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["step"] == 2
-    saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    saved = json.loads((run_dir / "eval" / "metrics.json").read_text())
     assert saved["metric"] == "fcd" and [e["step"] for e in saved["evaluations"]] == [2]
     for key in ("fcd", "kcd", "classifier_score", "conditional_accuracy"):
         assert np.isfinite(saved["evaluations"][0][key]), key
     assert saved["best"]["checkpoint"].endswith(os.path.join("eval", "best", "ckpt-2"))
     assert os.path.exists(saved["best"]["checkpoint"] + ".index")
-    assert list((tmp_path / "eval").glob("events.out.tfevents.*"))
+    assert list((run_dir / "eval").glob("events.out.tfevents.*"))
     # The sidecar evaluates what is new (ckpt-4) and stops: the run has finished.
     proc = run_binary("eval.py", *flags, "--watch", "--poll_secs=0.2")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    saved = json.loads((run_dir / "eval" / "metrics.json").read_text())
     assert [e["step"] for e in saved["evaluations"]] == [2, 4]
     best = min(saved["evaluations"], key=lambda e: e["fcd"])
     assert saved["best"]["step"] == best["step"]
@@ -104,12 +129,8 @@ def test_real_images_are_what_the_split_has_up_to_num_real_and_stamped(
         evaluator.real_features()
 
 
-def test_in_loop_evaluation_records_every_interval(tiny_gin, tmp_path, mnist_classifier):
-    path, _ = mnist_classifier
-    tiny_gin("train.total_steps = 4", "eval.every_steps = 2", f"eval.classifier_path = '{path}'",
-             "eval.num_samples = 100", "eval.num_real = 100", "eval.batch_size = 50")
-    result = driver.train(experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0")),
-                        str(tmp_path))
+def test_in_loop_evaluation_records_every_interval(evaluated_run):
+    tmp_path, result = evaluated_run  # eval.every_steps = 2 of total_steps = 4
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert [e["step"] for e in saved["evaluations"]] == [2, 4]
     assert "fcd" in result and saved["best"]["step"] in (2, 4)
@@ -182,15 +203,15 @@ def test_quality_binary_end_to_end_on_the_tiny_config(tmp_path):
     proc = run_binary("quality.py", f"--output_dir={relative(tmp_path)}",
                       "--gin_file=gin/tiny.gin", "--classifier_epochs=1",
                       "--gin_bindings=eval.every_steps=2",
-                      "--gin_bindings=eval.num_samples=50", "--gin_bindings=eval.num_real=50",
-                      "--gin_bindings=eval.batch_size=50")
+                      "--gin_bindings=eval.num_samples=20", "--gin_bindings=eval.num_real=20",
+                      "--gin_bindings=eval.batch_size=20")  # few images through Inception
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((tmp_path / "metrics.json").read_text())
     assert result["steps"] == 4 and result["fcd_start"] > 0 and result["fcd_end"] > 0
     # The FID beside the FCD, against stored statistics of the same real images; mnist5k
     # has no held-out split, so no real-vs-real floor.
     assert result["fid_start"] > 0 and result["fid_end"] > 0 and result["fid_floor"] is None
-    assert result["fid_protocol"]["name"] == "fid0.05k_train0.05k"
+    assert result["fid_protocol"]["name"] == "fid0.02k_train0.02k"
     assert result["fid_protocol"]["reference_stats"] == str(tmp_path / "fid" / "train.npz")
     fid_history = json.loads((tmp_path / "fid" / "metrics.json").read_text())
     assert [e["step"] for e in fid_history["evaluations"]] == [0, 4]
