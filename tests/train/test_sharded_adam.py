@@ -4,6 +4,9 @@ moments; checkpoints saved whole and restored onto another replica count; what i
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import gin
 import numpy as np
 import pytest
@@ -46,9 +49,15 @@ def _shards(exp, optimizer):
 
 
 @pytest.fixture(scope="module")
-def sharded(tmp_path_factory):
+def sharded_dir(tmp_path_factory):
+    """The folder of the `sharded` run: ckpt-5 and ckpt-10 (read-only for the tests)."""
+    return tmp_path_factory.mktemp("sharded")
+
+
+@pytest.fixture(scope="module")
+def sharded(sharded_dir):
     """10 steps with sharded Adam on 2 Mirrored replicas (checkpoints every 5)."""
-    return _train(tmp_path_factory.mktemp("sharded"), mirrored_2(), 10, SHARD)
+    return _train(sharded_dir, mirrored_2(), 10, SHARD)
 
 
 def test_sharded_adam_equals_keras_adam_and_each_replica_holds_its_slice(sharded, tmp_path):
@@ -76,13 +85,32 @@ def test_sharded_adam_equals_keras_adam_and_each_replica_holds_its_slice(sharded
             np.testing.assert_allclose(v[:width], whole_v[part], rtol=1e-6, atol=1e-12)
 
 
-def test_a_sharded_checkpoint_restores_onto_another_replica_count(sharded, tiny_gin, tmp_path):
+def _stopped_at_5(run_dir, stopped):
+    """A copy of `run_dir` as a run stopped at step 5 left it: ckpt-5 its newest."""
+    shutil.copytree(run_dir, stopped,
+                    ignore=shutil.ignore_patterns("ckpt-10.*", "checkpoint", ".lock"))
+    (stopped / "checkpoint").write_text('model_checkpoint_path: "ckpt-5"\n'
+                                        'all_model_checkpoint_paths: "ckpt-5"\n')
+    assert tf.train.latest_checkpoint(str(stopped)) == str(stopped / "ckpt-5")
+    assert not list(stopped.glob("ckpt-10*"))
+
+
+def test_a_sharded_checkpoint_restores_onto_another_replica_count(sharded, sharded_dir,
+                                                                  tiny_gin, tmp_path):
     """Saved from 2 replicas, restored onto 1: the one replica holds both halves; and
-    the same checkpoint resumed on 2 replicas continues exactly as if never stopped."""
-    _train(tmp_path / "stopped", mirrored_2(), 5, SHARD)
+    the same checkpoint resumed on 2 replicas continues exactly as if never stopped.
+    The `sharded` run saved ckpt-5 on its way to step 10 (checkpoint_every=5): its folder,
+    cut back to ckpt-5, is a run stopped there."""
+    _stopped_at_5(sharded_dir, tmp_path / "stopped")
     saved = tf.train.load_checkpoint(str(tmp_path / "stopped" / "ckpt-5"))
     whole_m = saved.get_tensor("g_optimizer/moments/.ATTRIBUTES/m")
+    copied = len((tmp_path / "stopped" / "stats.jsonl").read_text().splitlines())
     resumed = _train(tmp_path / "stopped", mirrored_2(), 10, SHARD)
+    # It resumed at step 5 (from scratch, 10 deterministic steps would end equal too).
+    logged = [json.loads(line)["step"] for line in
+              (tmp_path / "stopped" / "stats.jsonl").read_text().splitlines()[copied:]
+              if json.loads(line)["kind"] == "log"]
+    assert logged and min(logged) > 5, logged
     for name, value in _weights(sharded).items():
         np.testing.assert_array_equal(_weights(resumed)[name], value, err_msg=name)
     # Onto one replica: its single shard is the whole vector the two replicas saved.
