@@ -44,6 +44,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from benchmarks import quality_runs
 from paragan_tf.errors import ConfigError
+from paragan_tf.eval import history
 from paragan_tf.train import config as train_config
 from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import run_files
@@ -83,14 +84,11 @@ def scored(model_dir: str) -> bool:
     """Whether the run has finished and eval/metrics.json has every checkpoint it names:
     then bin/eval.py --watch would evaluate nothing (it skips the checkpoints recorded
     there, whatever their protocol) and only cost a process (a sweep's runs scored again)."""
-    metrics = os.path.join(model_dir, "eval", "metrics.json")
-    if not (os.path.exists(os.path.join(model_dir, run_files.RESULT_FILE))
-            and os.path.exists(metrics)):
+    if not os.path.exists(os.path.join(model_dir, run_files.RESULT_FILE)):
         return False
-    with open(metrics) as f:
-        done = {e["checkpoint"] for e in json.load(f)["evaluations"]}
+    evaluations = history.History(os.path.join(model_dir, "eval"), {})["evaluations"]
     paths = model_dir_lib.checkpoint_paths(model_dir)
-    return bool(paths) and all(p in done for p in paths)
+    return bool(paths) and set(paths) <= {e["checkpoint"] for e in evaluations}
 
 
 def score(model_dir: str, classifier_dir: str, samples: int, real: int) -> None:
