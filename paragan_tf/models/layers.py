@@ -115,10 +115,12 @@ class _SpectralNormalized(keras.layers.Layer):
 
     def _normalized(self, kernel: tf.Variable, training: bool) -> tf.Tensor:
         w = tf.reshape(tf.convert_to_tensor(kernel), [-1, kernel.shape[-1]])
-        u = tf.stop_gradient(tf.convert_to_tensor(self.sn_u))
+        # The power iteration is not differentiated (the reference runs it under
+        # torch.no_grad()): it reads a stopped w, so no gradient tape records its ops.
+        w_fixed, u = tf.stop_gradient(w), tf.convert_to_tensor(self.sn_u)
         eps = self.numerics.sn_epsilon
-        v = tf.stop_gradient(_l2_normalize(tf.matmul(u, w, transpose_b=True), eps))
-        u_new = tf.stop_gradient(_l2_normalize(tf.matmul(v, w), eps))
+        v = _l2_normalize(tf.matmul(u, w_fixed, transpose_b=True), eps)
+        u_new = _l2_normalize(tf.matmul(v, w_fixed), eps)
         if training:
             self.sn_u.assign(u_new)
         sigma = tf.squeeze(tf.matmul(tf.matmul(v, w), u_new, transpose_b=True))
@@ -318,7 +320,12 @@ class SelfAttention(keras.layers.Layer):
 
 
 def _upsample(x):
-    return tf.repeat(tf.repeat(x, 2, axis=1), 2, axis=2)  # nearest neighbour, x2
+    """Nearest-neighbour x2: each pixel repeated along w, then each row along h. Two stacks
+    and two reshapes: tf.repeat gives the same numbers but builds ~20 ops a call, and every
+    op is paid again in each trace of the step (tests trace it once per process)."""
+    _, h, w, c = x.shape
+    x = tf.reshape(tf.stack([x, x], axis=3), [-1, h, 2 * w, c])
+    return tf.reshape(tf.stack([x, x], axis=2), [-1, 2 * h, 2 * w, c])
 
 
 def _downsample(x):

@@ -25,6 +25,18 @@ def test_spectral_norm_power_iteration_converges_and_only_trains_u():
     assert [v.name for v in layer.trainable_variables] == [layer.kernel.name, layer.bias.name]
 
 
+def test_upsample_repeats_each_pixel_into_a_2x2_square():
+    x = tf.reshape(tf.range(2 * 2 * 3 * 2, dtype=tf.float32), [2, 2, 3, 2])
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layers._upsample(x)
+    assert y.shape == (2, 4, 6, 2)
+    for a in (0, 1):
+        for b in (0, 1):
+            np.testing.assert_array_equal(y[:, a::2, b::2, :], x)
+    np.testing.assert_array_equal(tape.gradient(y, x), tf.fill(x.shape, 4.0))
+
+
 def test_class_conditional_bn_uses_each_class_gain():
     # Zero tables (the reference initialises them like weights) so bias is 0 here.
     bn = layers.ConditionalBatchNorm("class", num_classes=3,
