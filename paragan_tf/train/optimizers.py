@@ -42,7 +42,52 @@ import tf_keras as keras
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import sharded_adam
 
-_CLASSES = {"adam": keras.optimizers.Adam, "sgd": keras.optimizers.SGD,
+
+
+class Adam(keras.optimizers.Adam):
+    """tf_keras' Adam with its step's scalars computed once per update, not per variable.
+
+    tf_keras' `update_step` recomputes the learning rate (a schedule's whole formula),
+    the bias corrections and alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t) for every
+    variable: about half of Adam's ops, and every op is paid again each time a step is
+    traced and optimised. Here alpha is made once per `apply_gradients` and each
+    variable's update is tf_keras' own, operation for operation, so the weights come out
+    bit for bit the same (tests/train/test_optimizers.py). Sparse gradients, AMSGrad and
+    the adaptive epsilon take tf_keras' update unchanged.
+    """
+
+    _alpha = None  # this update's alpha, while `apply_gradients` runs
+
+    def _distributed_apply_gradients_fn(self, distribution, grads_and_vars, **kwargs):
+        self._alpha = None
+        try:
+            return super()._distributed_apply_gradients_fn(distribution, grads_and_vars,
+                                                           **kwargs)
+        finally:
+            self._alpha = None
+
+    def _step_alpha(self, dtype) -> tf.Tensor:
+        if self._alpha is None or self._alpha.dtype != dtype:
+            lr = tf.cast(self.learning_rate, dtype)
+            local_step = tf.cast(self.iterations + 1, dtype)
+            beta_1_power = tf.pow(tf.cast(self.beta_1, dtype), local_step)
+            beta_2_power = tf.pow(tf.cast(self.beta_2, dtype), local_step)
+            self._alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
+        return self._alpha
+
+    def update_step(self, gradient, variable):
+        if isinstance(gradient, tf.IndexedSlices) or self.amsgrad or self.adaptive_epsilon:
+            return super().update_step(gradient, variable)
+        alpha = self._step_alpha(variable.dtype)
+        index = self._index_dict[self._var_key(variable)]
+        m, v = self._momentums[index], self._velocities[index]
+        m.assign_add((gradient - m) * (1 - self.beta_1))
+        v.assign_add((tf.square(gradient) - v) * (1 - self.beta_2))
+        variable.assign_sub((m * alpha) / (tf.sqrt(v) + self.epsilon))
+        return None
+
+
+_CLASSES = {"adam": Adam, "sgd": keras.optimizers.SGD,
             "rmsprop": keras.optimizers.RMSprop}
 SCALING_RULES = ("none", "linear", "sqrt")
 DECAYS = ("constant", "linear", "cosine")
@@ -176,7 +221,7 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
     # MirroredStrategy on logical CPU devices.
     common = dict(learning_rate=rate, jit_compile=False, name=f"{network}_optimizer")
     if name == "adam":
-        optimizer = keras.optimizers.Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+        optimizer = Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
                                           **common)
     else:
         optimizer = _CLASSES[name](momentum=momentum, **common)
