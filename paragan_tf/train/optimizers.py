@@ -43,7 +43,6 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.train import sharded_adam
 
 
-
 class Adam(keras.optimizers.Adam):
     """tf_keras' Adam with its step's scalars computed once per update, not per variable.
 
@@ -221,8 +220,7 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
     # MirroredStrategy on logical CPU devices.
     common = dict(learning_rate=rate, jit_compile=False, name=f"{network}_optimizer")
     if name == "adam":
-        optimizer = Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                                          **common)
+        optimizer = Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **common)
     else:
         optimizer = _CLASSES[name](momentum=momentum, **common)
     if keras.mixed_precision.global_policy().compute_dtype != "float16":
