@@ -58,7 +58,6 @@ class Adam(keras.optimizers.Adam):
     _alpha = None  # this update's alpha, while `apply_gradients` runs
 
     def _distributed_apply_gradients_fn(self, distribution, grads_and_vars, **kwargs):
-        self._alpha = None
         try:
             return super()._distributed_apply_gradients_fn(distribution, grads_and_vars,
                                                            **kwargs)
@@ -83,7 +82,6 @@ class Adam(keras.optimizers.Adam):
         m.assign_add((gradient - m) * (1 - self.beta_1))
         v.assign_add((tf.square(gradient) - v) * (1 - self.beta_2))
         variable.assign_sub((m * alpha) / (tf.sqrt(v) + self.epsilon))
-        return None
 
 
 _CLASSES = {"adam": Adam, "sgd": keras.optimizers.SGD,

@@ -61,7 +61,10 @@ def test_our_adam_updates_bit_for_bit_as_tf_keras_adam_with_fewer_ops():
         for t in range(8):
             grads = [tf.constant(np.random.default_rng(t).normal(size=w.shape), tf.float32)
                      for w in start]
-            traced(grads) if t % 2 else opt.apply_gradients(zip(grads, variables))
+            if t % 2:
+                traced(grads)
+            else:
+                opt.apply_gradients(zip(grads, variables))
         weights.append([v.numpy() for v in variables])
         ops.append(len(traced.get_concrete_function(grads).graph.get_operations()))
     for keras_weight, ours in zip(*weights):
