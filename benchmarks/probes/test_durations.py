@@ -3,13 +3,16 @@
     PARAGAN_TF_TEST_COSTS=/tmp/costs.jsonl make test \
         PYTEST_ARGS='--junitxml=/tmp/junit.xml'
     python benchmarks/probes/test_durations.py --junit=/tmp/junit.xml \
-        --costs=/tmp/costs.jsonl [--top=25] [--json=summary.json]
+        --costs=/tmp/costs.jsonl [--top=25] [--json=summary.json] \
+        [--before_costs=/tmp/costs_before.jsonl]
 
 --junit is pytest's own report (each test's set-up, call and tear-down seconds); --costs,
 optional, is what tests/helpers/costs.py recorded of the same run: CPU seconds in the test's
 process and in the processes it started, and how many it started. A process's start-up is
 dominated by importing TensorFlow: --import_cpu (measured here when not given) times the
-number of processes estimates that share.
+number of processes estimates that share. --before_costs, an earlier run's --costs file
+(possibly of a run stopped early), adds each of the slowest files' wall and CPU seconds before
+and after, summed over the tests both files hold.
 """
 
 from __future__ import annotations
@@ -58,6 +61,19 @@ def by_file(tests: dict) -> dict:
     return dict(sorted(files.items(), key=lambda kv: -kv[1]))
 
 
+def compared(before: dict, after: dict) -> dict:
+    """{file: (tests, wall before, wall after, CPU before, CPU after)} over the tests both
+    cost records hold (a run stopped early holds only some)."""
+    files = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
+    for name in before.keys() & after.keys():
+        row = files[name.split("::")[0]]
+        row[0] += 1
+        for i, line in ((1, before[name]), (2, after[name])):
+            row[i] += line["wall"]
+            row[i + 2] += line["cpu_self"] + line["cpu_children"]
+    return {path: tuple(row) for path, row in files.items()}
+
+
 def import_cpu() -> float:
     """CPU seconds of a fresh process that imports what every binary imports."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -73,6 +89,8 @@ def main(argv=None) -> int:
     parser.add_argument("--costs")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--import_cpu", type=float)
+    parser.add_argument("--before_costs", help="an earlier run's --costs file: each file's "
+                        "wall and CPU before and after, over the tests both hold")
     parser.add_argument("--json", help="also write the whole summary here")
     args = parser.parse_args(argv)
     tests = read_junit(args.junit)
@@ -107,6 +125,18 @@ def main(argv=None) -> int:
                        processes=sum(c["processes"] for c in costs.values()))
         print(f"\nall tests: {summary['cpu_self']:.0f} CPU s in the workers, "
               f"{summary['cpu_children']:.0f} in {summary['processes']} started processes")
+    if costs and args.before_costs:
+        both = compared(read_costs(args.before_costs), costs)
+        print(f"\nthe {args.top} slowest files, over the tests both cost records hold: "
+              f"tests, wall s before -> after, CPU s before -> after")
+        for path in list(files)[:args.top]:
+            n, wall_0, wall_1, cpu_0, cpu_1 = both.get(path, (0, 0.0, 0.0, 0.0, 0.0))
+            print(f"  {n:3d}  {wall_0:7.0f} -> {wall_1:7.0f}  {cpu_0:7.0f} -> {cpu_1:7.0f}"
+                  f"  {path}")
+        sums = [sum(row[i] for row in both.values()) for i in range(5)]
+        print(f"  all {sums[0]} tests both hold: wall {sums[1]:.0f} -> {sums[2]:.0f} s, "
+              f"CPU {sums[3]:.0f} -> {sums[4]:.0f} s")
+        summary["compared"] = both
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
