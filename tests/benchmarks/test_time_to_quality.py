@@ -28,7 +28,7 @@ def test_two_configs_are_trained_scored_at_every_mark_and_compared(tmp_path, mni
     learns = tmp_path / "tiny.gin"
     # One sample grid (at the end): tiny.gin's every 4 steps cost more than the steps do.
     learns.write_text("include 'gin/tiny.gin'\nG/optimizer.learning_rate = 2e-3\n"
-                      "D/optimizer.learning_rate = 2e-3\ntrain.ema_decay = 0.0\n"
+                      "D/optimizer.learning_rate = 2e-3\ntrain.ema_decay = 0.0\ntrain.d_steps = 2\n"
                       f"train.total_steps = {STEPS}\ntrain.sample_every = {STEPS}\n")
     frozen = tmp_path / "tiny_frozen_g.gin"
     frozen.write_text(f"include '{learns}'\nG/optimizer.learning_rate = 1e-12\n")
@@ -39,7 +39,7 @@ def test_two_configs_are_trained_scored_at_every_mark_and_compared(tmp_path, mni
     tiny, other = result["runs"]["tiny"], result["runs"]["tiny_frozen_g"]
     for run in (tiny, other):
         assert run["steps"] == STEPS and [p["step"] for p in run["curve"]] == [STEPS // 2, STEPS]
-        # Images D saw: step x batch 8 x 2 D steps; seconds from the run's stats.jsonl.
+        # Images D saw: step x batch 8 x 2 D steps (the file's); seconds from the run's stats.jsonl.
         assert [p["images"] for p in run["curve"]] == [STEPS * 8, STEPS * 16]
         assert 0 < run["curve"][0]["seconds"] < run["curve"][1]["seconds"]
         assert all(np.isfinite(p["fcd"]) and 0 <= p["conditional_accuracy"] <= 1

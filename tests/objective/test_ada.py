@@ -68,7 +68,7 @@ def test_ada_trains_two_replicas_logs_p_and_resumes_it(tiny_gin, tmp_path):
     from paragan_tf.train import driver
     settings = ("augment.ada_target = 0.6", "augment.ada_interval = 1",
                 "augment.ada_speed_kimg = 1.0")  # p moves 8 / 1000 per D update of 8 images
-    tiny_gin(*settings, "train.total_steps = 2")  # 2 steps x 2 D updates
+    tiny_gin(*settings, "train.total_steps = 2", "train.d_steps = 2")  # 2 steps x 2 D updates
     exp = experiment.build(mirrored_2())
     exp.augment.p.assign(0.5)  # as mid-run: p may move either way
     result = driver.train(exp, str(tmp_path))

@@ -57,7 +57,7 @@ def test_diverging_run_stops_after_k_skipped_steps_with_only_finite_checkpoints(
 def _train(tiny_gin, model_dir, total_steps, *extra):
     """Trains (or resumes) to total_steps; returns the experiment."""
     gin.clear_config()
-    tiny_gin(f"train.total_steps = {total_steps}", "dataset.random_flip = True",
+    tiny_gin(f"train.total_steps = {total_steps}", "train.d_steps = 2", "dataset.random_flip = True",
              "train.checkpoint_every = 100", "train.sample_every = 100", *extra)
     exp = experiment.build(_one_device())
     driver.train(exp, str(model_dir))
@@ -85,7 +85,7 @@ def test_same_seed_is_bitwise_deterministic_and_resume_equals_an_uninterrupted_r
     for name in straight:
         np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
     assert any(not np.array_equal(reshuffled[n], straight[n]) for n in straight)
-    # 3 restored + 3 new updates (tiny.gin: 2 D steps per G step), saved as ckpt-6.
+    # 3 restored + 3 new updates (2 D steps per G step), saved as ckpt-6.
     assert int(exp.g_optimizer.iterations.numpy()) == 6
     assert int(exp.d_optimizer.iterations.numpy()) == 12
     assert tf.train.latest_checkpoint(str(tmp_path / "c")).endswith("ckpt-6")
