@@ -199,13 +199,17 @@ def test_the_logit_gap_is_d_on_the_training_subset_minus_d_on_held_out_images(
     assert "D's logit gap on 100 training vs held-out images" in evaluator.describe()
 
 
-def test_quality_binary_end_to_end_on_the_tiny_config(tmp_path):
+def test_quality_binary_end_to_end_on_the_tiny_config(tmp_path, mnist_classifier):
+    # The session's mnist5k classifier where the binary keeps its own: it reuses one of
+    # the configured dataset and resolution instead of training one (~10 CPU s an epoch).
+    shutil.copytree(mnist_classifier[0], tmp_path / "classifier")
     proc = run_binary("quality.py", f"--output_dir={relative(tmp_path)}",
                       "--gin_file=gin/tiny.gin", "--classifier_epochs=1",
                       "--gin_bindings=eval.every_steps=2",
                       "--gin_bindings=eval.num_samples=20", "--gin_bindings=eval.num_real=20",
                       "--gin_bindings=eval.batch_size=20")  # few images through Inception
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "reusing the classifier in" in proc.stderr, proc.stderr[-3000:]
     result = json.loads((tmp_path / "metrics.json").read_text())
     assert result["steps"] == 4 and result["fcd_start"] > 0 and result["fcd_end"] > 0
     # The FID beside the FCD, against stored statistics of the same real images; mnist5k
