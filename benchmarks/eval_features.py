@@ -11,7 +11,7 @@ timed. Each arm's convolution FLOPs are counted from its traced graph and its
 FLOP/s checked against the machine's theoretical peak.
 
 bfloat16's effect on FID: the FID between the two golden sets of
-tests/golden/make_inception_inputs.py (2 x 500 images) in each precision,
+tests/golden/make_inception_inputs.py (2 x 200 images; 2 x 500 before 2026-11-28) in each precision,
 against the reference's value stored in tests/golden/inception_golden.npz.
 Evaluation stays float32 if bfloat16 moves it by more than `FID_TOLERANCE`.
 """
