@@ -174,7 +174,7 @@ def test_records_start_up_reads_the_manifest_and_names_a_missing_shard(tmp_path)
 def _train_records(tiny_gin, model_dir, total_steps, data_dir, *extra):
     """Trains (or resumes) the tiny config on a prepared dataset; the weights digest."""
     gin.clear_config()
-    tiny_gin(f"train.total_steps = {total_steps}", "dataset.name = 'records'",
+    tiny_gin(f"train.total_steps = {total_steps}", "train.d_steps = 2", "dataset.name = 'records'",
              f"dataset.data_dir = '{data_dir}'", "dataset.shuffle_buffer = 12",
              "dataset.random_flip = True", "train.checkpoint_every = 100",
              "train.sample_every = 100", "input_pipeline.max_read_parallelism = 3", *extra)
