@@ -20,9 +20,9 @@ from paragan_tf.train import experiment
 from tests.helpers import clusters
 from tests.helpers.repo import PYTHON, REPO
 
-BINDINGS = ("train.total_steps = 12", "train.d_steps = 2", "train.checkpoint_every = 1", "train.steps_per_loop = 1",
-            "train.log_every = 1", "train.sample_every = 100", "train.max_to_keep = 100",
-            "dataset.random_flip = True")
+BINDINGS = ("train.total_steps = 12", "train.d_steps = 2", "train.checkpoint_every = 1",
+            "train.steps_per_loop = 1", "train.log_every = 1", "train.sample_every = 100",
+            "train.max_to_keep = 100", "dataset.random_flip = True")
 
 
 def _launch(model_dir: str, log_path: str) -> subprocess.Popen:

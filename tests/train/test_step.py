@@ -165,7 +165,7 @@ def _converge_power_iterations(exp):
     """Many SN power iterations, so one more (accumulation does extra D/G calls) is a no-op."""
     z, labels = tf.random.normal([4, exp.generator.dim_z]), tf.zeros([4], tf.int32)
 
-    @tf.function  # traced once: 60 eager passes cost ~10 CPU s an experiment
+    @tf.function  # traced once: 60 eager passes cost ~8 s an experiment
     def iterate():
         fakes = exp.generator((z, labels), training=True)
         exp.discriminator((fakes, labels), training=True)

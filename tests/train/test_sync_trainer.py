@@ -57,8 +57,9 @@ def test_diverging_run_stops_after_k_skipped_steps_with_only_finite_checkpoints(
 def _train(tiny_gin, model_dir, total_steps, *extra):
     """Trains (or resumes) to total_steps; returns the experiment."""
     gin.clear_config()
-    tiny_gin(f"train.total_steps = {total_steps}", "train.d_steps = 2", "dataset.random_flip = True",
-             "train.checkpoint_every = 100", "train.sample_every = 100", *extra)
+    tiny_gin(f"train.total_steps = {total_steps}", "train.d_steps = 2",
+             "dataset.random_flip = True", "train.checkpoint_every = 100",
+             "train.sample_every = 100", *extra)
     exp = experiment.build(_one_device())
     driver.train(exp, str(model_dir))
     return exp
