@@ -69,7 +69,7 @@ _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 def pytest_report_header(config):  # pylint: disable=unused-argument
     """The machine at the top of every run: a suite's time means nothing without it (the
-    table in tests/README.md, Time, lists them per machine)."""
+    README's Development section tabulates them per machine)."""
     from paragan_tf.scale import cpu_peak  # pylint: disable=import-outside-toplevel
     info, clock = cpu_peak.cpuinfo(), cpu_peak.measure_clock_ghz()
     return (f"machine: {info.get('model name', 'unknown CPU')} (family "
