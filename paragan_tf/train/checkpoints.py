@@ -3,10 +3,13 @@
 Files are `model_dir/ckpt-<global step>`; a run resumes from the newest one.
 Restores are strict: every object of the current run must be matched by the
 checkpoint, so a checkpoint of another architecture fails loudly instead of
-half-loading. The one exception is the float16 loss scale (train/optimizers.py):
-a run that moves between float16 and another precision (a V100, where `auto` picks
-float16, then an A100, where it picks bfloat16) restores everything else, and a
-new scale starts at its initial value.
+half-loading. Two objects may be on one side only, judged by comparing the
+checkpoint's objects with the run's (their paths, as the checkpoint names them): the
+float16 loss scale (train/precision.py), so that a run that moves between float16 and
+another precision (a V100, where `auto` picks float16, then an A100, where it picks
+bfloat16) restores everything else and a new scale starts at its initial value; and
+TensorFlow's preemption counter, which a multi-worker run stopped by SIGTERM saves
+(train/preemption.py) and a one-process reader has no object for.
 
 Crash safety comes from TensorFlow's write order, which we rely on: a save
 writes its data and index files first and only then atomically replaces the
@@ -20,9 +23,9 @@ model_dir.DiskFull, the previous checkpoint still the newest.
 
 from __future__ import annotations
 
+import collections
 import os
-import re
-from typing import List, Optional
+from typing import List, Optional, Set, Tuple
 
 from absl import logging
 import numpy as np
@@ -32,6 +35,7 @@ from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
 from paragan_tf.train import model_dir as model_dir_lib
+from paragan_tf.train import precision as precision_lib
 
 
 def mismatch_error(path: str, error: Exception) -> ConfigError:
@@ -107,17 +111,16 @@ class Checkpointer:
             status = self.checkpoint.restore(path)
             try:
                 status.assert_consumed()
-            except AssertionError as e:
-                # A multi-worker run stopped by SIGTERM also saved TensorFlow's preemption
-                # counter (train/preemption.py); a run without the handler has no object
-                # for it. Every object of this run must still be matched, but for a loss
-                # scale that one side has and the other has not.
-                if not _only_optional_objects_differ(str(e)):
+            except AssertionError:
+                one_side = self._one_side_only(path)
+                if not one_side or not all(map(_may_differ, one_side)):
                     raise
                 status.expect_partial()
-                logging.warning("checkpoint %s: %s", path, "restored but for the float16 "
-                                "loss scale, which only one side has (a change of precision)"
-                                if "loss_scale" in str(e) else "restored")
+                logging.warning("checkpoint %s restored but for %s, which only one side has%s",
+                                path, ", ".join(sorted(one_side)),
+                                " (a change of precision)" if any(
+                                    map(precision_lib.differs_across_precisions, one_side))
+                                else "")
         except RESTORE_ERRORS + UNREADABLE as e:
             for variable, values in zip(variables, before):
                 for part, value in zip(strategy_lib.local_copies(variable), values):
@@ -127,6 +130,14 @@ class Checkpointer:
             raise mismatch_error(path, e) from None
         self.saved_step = int(path.rsplit("-", 1)[1])
         return path
+
+    def _one_side_only(self, path: str) -> Set[str]:
+        """The objects the checkpoint at `path` holds values of that this run has no object
+        for, and this run's variables it holds no value of, by their paths."""
+        saved = {key.split(_VALUES)[0] for key, _ in tf.train.list_variables(path)
+                 if _VALUES in key} - {"save_counter"}
+        objects, variables = _object_paths(self.checkpoint)
+        return (saved - objects) | (variables - saved - {"save_counter"})
 
     def _variables(self) -> List[tf.Variable]:
         found = []
@@ -169,19 +180,30 @@ class Checkpointer:
         return path
 
 
-_LOSS_SCALE = ("good_steps:0", "current_loss_scale:0")
+# A checkpoint key is an object's path, then this and the value's attribute name.
+_VALUES = "/.ATTRIBUTES/"
 
 
-def _only_optional_objects_differ(message: str) -> bool:
-    """Whether a failed assert_consumed names nothing but the preemption counter and the
-    float16 loss scale (on either side: in the checkpoint only, or in this run only)."""
-    unresolved = re.findall(r"Unresolved object in checkpoint (\S+):", message)
-    in_run_only = re.findall(r"<tf\.Variable '([^']+)'", message)
-    shown = re.search(r"Showing (\d+) of (\d+) unmatched", message)
-    if shown and shown.group(1) != shown.group(2):
-        return False  # unlisted objects could be anything
-    if not unresolved and not in_run_only:
-        return False
-    return (all(f"(root).{PREEMPTION_COUNTER}" in name or ".loss_scale." in name
-                for name in unresolved) and
-            all(name.endswith(_LOSS_SCALE) for name in in_run_only))
+def _may_differ(path: str) -> bool:
+    """Whether the object at `path` may be in a checkpoint or in the run alone (module doc)."""
+    return path == PREEMPTION_COUNTER or precision_lib.differs_across_precisions(path)
+
+
+def _object_paths(root) -> Tuple[Set[str], Set[str]]:
+    """The paths of every object below `root` and of its variables, as a checkpoint of
+    `root` names them: breadth first, each object by the first path that reaches it, each
+    name escaped ('.' as '..', '/' as './'), as TensorFlow's saver does."""
+    objects, variables, seen = set(), set(), {id(root)}
+    queue = collections.deque([(root, "")])
+    while queue:
+        parent, prefix = queue.popleft()
+        for name, child in tf.train.TrackableView.children(parent).items():
+            if id(child) in seen:
+                continue
+            seen.add(id(child))
+            path = prefix + name.replace(".", "..").replace("/", "./")
+            objects.add(path)
+            if isinstance(child, tf.Variable):
+                variables.add(path)
+            queue.append((child, path + "/"))
+    return objects, variables

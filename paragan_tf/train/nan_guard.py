@@ -14,9 +14,9 @@ Gradients are all-reduced by hand (then clipped, then applied with aggregation
 skipped) so clipping by global norm acts on the global gradient, not on each
 replica's part.
 
-Dynamic loss scaling (mixed_float16, train/optimizers.py): a float16 overflow is
-non-finite: the guard skips that step like any other, and tf_keras' rule updates
-each scale from its network's all-reduced gradients (halved on a non-finite one,
+Dynamic loss scaling (mixed_float16, train/precision.py): a float16 overflow is
+non-finite: the guard skips that step like any other, and each network's Precision
+updates its scale from the network's all-reduced gradients (halved on a non-finite one,
 never below 1; doubled after `dynamic_growth_steps` finite ones in a row). A skip
 that lowered a scale is reported as `health/loss_scale_lowered` (train/step.py): it
 does not count toward train.max_consecutive_skips (train/bookkeeping.py). Not run on
@@ -30,7 +30,7 @@ from typing import List
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.train import optimizers as optimizers_lib
+from paragan_tf.train import precision as precision_lib
 from paragan_tf.train import sharded_adam
 
 
@@ -45,33 +45,30 @@ def all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):
     return loss, grads, finite, norm
 
 
-def apply_if(healthy: tf.Tensor, optimizer, grads: List[tf.Tensor], norm: tf.Tensor,
-             variables, clip_norm: float = 0.0) -> None:
-    """Applies all-reduced `grads` when `healthy` (identical on every replica), clipped to
-    `clip_norm` (0: not); under loss scaling, also updates the scale from `grads`,
-    applied or not."""
+def apply_if(healthy: tf.Tensor, precision: precision_lib.Precision, grads: List[tf.Tensor],
+             norm: tf.Tensor, variables, clip_norm: float = 0.0) -> None:
+    """Applies all-reduced `grads` with the optimizer `precision` holds when `healthy`
+    (identical on every replica), clipped to `clip_norm` (0: not); under loss scaling,
+    also updates the scale from `grads`, applied or not."""
     if clip_norm > 0:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
-    if isinstance(optimizer, sharded_adam.ShardedAdam):
+    if isinstance(precision.optimizer, sharded_adam.ShardedAdam):
         # Computed on every replica's slice and kept only when healthy: no branch.
-        optimizer.apply(healthy, grads, variables)
+        precision.optimizer.apply(healthy, grads, variables)
         return
-    scaler = optimizers_lib.loss_scaler(optimizer)
-    inner = optimizer if scaler is None else scaler.inner_optimizer
 
     def apply(grads):
-        inner.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+        precision.inner.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
 
     # The condition lives in cross-replica context, where a branch may hold the
     # optimizer's synchronisation point (as tf-keras' LossScaleOptimizer does it):
     # under MirroredStrategy a tf.cond around apply_gradients in replica context fails.
     def cross_replica(strategy, healthy, grads):
-        if scaler is not None:
-            # tf_keras' rule, from the all-reduced unscaled gradients, in the cross-
-            # replica context it needs. Not the wrapper's apply_gradients: that one
-            # decides the skip on its own (the guard also sees the loss and the step's
-            # other updates) and counts a skipped update in `iterations`.
-            scaler._loss_scale.update(grads)  # pylint: disable=protected-access
+        # From the all-reduced unscaled gradients, in the cross-replica context the rule
+        # needs. Not the wrapper's apply_gradients: that one decides the skip on its own
+        # (the guard also sees the loss and the step's other updates) and counts a
+        # skipped update in `iterations`.
+        precision.update(grads)
         healthy = strategy.experimental_local_results(healthy)[0]
 
         def update():
@@ -101,16 +98,16 @@ class Guard:
         self.healthy = tf.logical_and(self.healthy, finite)
         return grads, norm
 
-    def apply(self, optimizer, model: keras.Model, grads: List[tf.Tensor],
-              norm: tf.Tensor) -> None:
-        apply_if(self.healthy, optimizer, grads, norm, model.trainable_variables,
+    def apply(self, precision: precision_lib.Precision, model: keras.Model,
+              grads: List[tf.Tensor], norm: tf.Tensor) -> None:
+        apply_if(self.healthy, precision, grads, norm, model.trainable_variables,
                  self.clip_norm)
 
-    def update(self, optimizer, model: keras.Model, loss: tf.Tensor,
+    def update(self, precision: precision_lib.Precision, model: keras.Model, loss: tf.Tensor,
                grads: List[tf.Tensor]) -> tf.Tensor:
         """`check`, then `apply`; returns the gradient norm."""
         grads, norm = self.check(loss, grads)
-        self.apply(optimizer, model, grads, norm)
+        self.apply(precision, model, grads, norm)
         return norm
 
     def restore_if_skipped(self) -> None:

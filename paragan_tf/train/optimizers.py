@@ -21,9 +21,9 @@ wrapped in tf_keras' `keras.mixed_precision.LossScaleOptimizer` (dynamic; its
 defaults: initial scale 2**15, doubled after 2000 finite updates in a row, halved
 on a non-finite one, never below 1), G's and D's each with its own scale. The
 wrapper holds the scale and its counter, checkpointed with the optimizer it wraps
-(`g_optimizer/loss_scale/current_loss_scale` and `.../good_steps`, D's alike), and
-scales losses and unscales gradients (`scaled`, `unscaled`); train/step.py decides
-the skip (its NaN guard), updates the scale and applies the update through the
+(`g_optimizer/loss_scale/current_loss_scale` and `.../good_steps`, D's alike);
+train/precision.py is what scales losses, unscales gradients and updates the scale, and
+the NaN guard (train/nan_guard.py) decides the skip and applies the update through the
 inner optimizer. float32 and mixed_bfloat16 runs get the plain optimizers. Not
 available under ParameterServerStrategy or TPUStrategy (tf_keras refuses them: a
 ConfigError here). See docs/design.md section 5: float16 has not run on a GPU
@@ -244,24 +244,6 @@ def _loss_scaled(optimizer, network: str, initial_scale: float, growth_steps: in
     logging.info("%s: dynamic loss scaling (mixed_float16), from %g, doubled after %d "
                  "finite updates in a row", network, initial_scale, growth_steps)
     return wrapped
-
-
-def loss_scaler(optimizer):
-    """`optimizer` if it is a LossScaleOptimizer (mixed_float16), else None."""
-    return optimizer if isinstance(optimizer, keras.mixed_precision.LossScaleOptimizer) \
-        else None
-
-
-def scaled(loss: tf.Tensor, optimizer) -> tf.Tensor:
-    """`loss` times `optimizer`'s loss scale (mixed_float16), else `loss` itself."""
-    scaler = loss_scaler(optimizer)
-    return loss if scaler is None else scaler.get_scaled_loss(loss)
-
-
-def unscaled(grads, optimizer):
-    """Gradients of a `scaled` loss divided by the scale (mixed_float16), else `grads`."""
-    scaler = loss_scaler(optimizer)
-    return grads if scaler is None else scaler.get_unscaled_gradients(grads)
 
 
 def make_optimizers(global_batch_size: int, shard: bool = False):

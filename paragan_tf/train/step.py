@@ -31,7 +31,7 @@ from paragan_tf.objective import losses as losses_lib
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.objective import regularizers
 from paragan_tf.train import nan_guard
-from paragan_tf.train import optimizers as optimizers_lib
+from paragan_tf.train import precision as precision_lib
 
 Batch = Tuple[tf.Tensor, tf.Tensor]
 
@@ -87,6 +87,9 @@ class GANStep:
         self.placement = placement
         self.generator, self.discriminator = generator, discriminator
         self.g_optimizer, self.d_optimizer = g_optimizer, d_optimizer
+        # Each network's loss scaling (float16), decided by its optimizer once, here.
+        self.g_precision = precision_lib.Precision(g_optimizer)
+        self.d_precision = precision_lib.Precision(d_optimizer)
         self.loss_fn, self.config = loss_fn, config
         self.lecam_state = lecam_state
         if config.penalties.lecam_weight > 0 and lecam_state is None:
@@ -124,9 +127,9 @@ class GANStep:
                     d_loss += self._d_penalties(inputs, both_labels, real_logits, fake_logits, z)
                 loss = average_over_global_batch(d_loss, self.config.global_batch_size)
                 loss /= self.config.accumulation
-                scaled = optimizers_lib.scaled(loss, self.d_optimizer)
-            grads = optimizers_lib.unscaled(
-                tape.gradient(scaled, self.discriminator.trainable_variables), self.d_optimizer)
+                scaled = self.d_precision.scale(loss)
+            grads = self.d_precision.unscale(
+                tape.gradient(scaled, self.discriminator.trainable_variables))
         return loss, grads, real_logits, fake_logits
 
     def _d_penalties(self, inputs, labels, real_logits, fake_logits, z) -> tf.Tensor:
@@ -156,7 +159,7 @@ class GANStep:
         scale fits both passes), the input gradient divided by it in float32.
         """
         p = self.config.penalties
-        scaler = optimizers_lib.loss_scaler(self.d_optimizer)
+        precision = self.d_precision
         examples = float(self.config.global_batch_size * self.config.accumulation)
 
         def penalty():
@@ -166,11 +169,11 @@ class GANStep:
                 with staging.twice():  # pipeline stages: its backward is differentiated
                     logits = self.discriminator((x, labels), training=False)
                 total = tf.reduce_sum(tf.cast(logits, tf.float32))
-                if scaler is not None:
-                    total = scaler.get_scaled_loss(total) / examples
+                if precision.scaling:
+                    total = precision.scale(total) / examples
             input_grads = input_tape.gradient(total, x)
-            if scaler is not None:
-                input_grads = scaler.get_unscaled_gradients([input_grads])[0] * examples
+            if precision.scaling:
+                input_grads = precision.unscale([input_grads])[0] * examples
             fake_grads, real_grads = tf.split(input_grads, 2)
             return p.lazy_interval * (penalties_lib.gradient_penalty(real_grads, p.r1_gamma) +
                                       penalties_lib.gradient_penalty(fake_grads, p.r2_gamma))
@@ -223,12 +226,12 @@ class GANStep:
                 _, g_loss = self.loss_fn(real_logits, logits, logits)
                 loss = average_over_global_batch(g_loss, self.config.global_batch_size)
                 loss /= self.config.accumulation
-                scaled = optimizers_lib.scaled(loss, self.g_optimizer)
+                scaled = self.g_precision.scale(loss)
             fake_grads = d_tape.gradient(scaled, fakes)
         with self.placement.on_g():
-            grads = optimizers_lib.unscaled(
+            grads = self.g_precision.unscale(
                 g_tape.gradient(fakes, self.generator.trainable_variables,
-                                output_gradients=fake_grads), self.g_optimizer)
+                                output_gradients=fake_grads))
         return loss, grads, fakes
 
     def _ortho_gradients(self) -> List[tf.Tensor]:
@@ -307,7 +310,7 @@ class GANStep:
         """
         guard = self._guard()
         loss, grads, real_sum, fake_sum, _ = self.d_gradients(real, noise, fakes)
-        norm = guard.update(self.d_optimizer, self.discriminator, loss, grads)
+        norm = guard.update(self.d_precision, self.discriminator, loss, grads)
         guard.restore_if_skipped()
         seen = float(self.config.global_batch_size * len(real))
         return {"loss/D": loss, "grad_norm/D": norm, "logits/real": real_sum / seen,
@@ -321,7 +324,7 @@ class GANStep:
         """
         guard, fakes = self._guard(), []
         loss, grads = self.g_gradients(noise, fakes)
-        norm = guard.update(self.g_optimizer, self.generator, loss, grads)
+        norm = guard.update(self.g_precision, self.generator, loss, grads)
         guard.restore_if_skipped()
         if on_fakes is not None:
             on_fakes(fakes, guard.healthy)
@@ -335,10 +338,8 @@ class GANStep:
         also `health/loss_scale_lowered`: 1 when the step lowered G's or D's scale.
         """
         cfg, k = self.config, self.config.accumulation
-        scalers = [s for s in map(optimizers_lib.loss_scaler, (self.d_optimizer,
-                                                               self.g_optimizer))
-                   if s is not None]
-        scales = [s.loss_scale for s in scalers]  # read before this step's updates
+        scaled = [p for p in (self.d_precision, self.g_precision) if p.scaling]
+        scales = [p.loss_scale for p in scaled]  # read before this step's updates
         real, noise = list(real), list(noise)
         guard = self._guard()  # one for the whole step: a skip skips the rest of it
         d_loss = d_norm = real_sum = fake_sum = 0.0
@@ -356,20 +357,20 @@ class GANStep:
                 # Both gradients before either update: G sees the D this D step starts from.
                 g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
                 g_grads, g_norm = guard.check(g_loss, g_grads)
-            guard.apply(self.d_optimizer, self.discriminator, grads, d_norm)
+            guard.apply(self.d_precision, self.discriminator, grads, d_norm)
             self._after_d_update(r, f, signs, float(cfg.global_batch_size * k), guard.healthy)
         if g_grads is None:
             g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
             g_grads, g_norm = guard.check(g_loss, g_grads)
-        guard.apply(self.g_optimizer, self.generator, g_grads, g_norm)
+        guard.apply(self.g_precision, self.generator, g_grads, g_norm)
         guard.restore_if_skipped()
         seen = float(cfg.global_batch_size * k * cfg.d_steps)
         metrics = {"loss/D": d_loss, "loss/G": g_loss,
                    "grad_norm/D": d_norm, "grad_norm/G": g_norm,
                    "logits/real": real_sum / seen, "logits/fake": fake_sum / seen,
                    "health/skipped": guard.skipped()}
-        if scalers:
-            lowered = [s.loss_scale < before for s, before in zip(scalers, scales)]
+        if scaled:
+            lowered = [p.lowered(before) for p, before in zip(scaled, scales)]
             metrics["health/loss_scale_lowered"] = tf.cast(tf.reduce_any(lowered), tf.float32)
         return metrics
 

@@ -32,7 +32,7 @@ from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import experiment as experiment_lib
-from paragan_tf.train import optimizers
+from paragan_tf.train import precision as precision_lib
 from paragan_tf.train import step as step_lib
 from paragan_tf.train import teardown
 from paragan_tf.train import trainer as trainer_lib
@@ -204,9 +204,9 @@ class SyncTrainer(trainer_lib.Trainer):
     def levels(self) -> Dict[str, float]:
         exp, levels = self.exp, super().levels()
         for network, optimizer in (("G", exp.g_optimizer), ("D", exp.d_optimizer)):
-            scaler = optimizers.loss_scaler(optimizer)
-            if scaler is not None:  # mixed_float16
-                levels[f"health/loss_scale_{network}"] = float(scaler.loss_scale)
+            precision = precision_lib.Precision(optimizer)
+            if precision.scaling:  # mixed_float16
+                levels[f"health/loss_scale_{network}"] = float(precision.loss_scale)
         if isinstance(exp.augment, ada_lib.AdaptiveAugment):  # its p and overfitting heuristic
             levels["augment/p"] = float(exp.augment.p.numpy())
             levels["augment/rt"] = float(exp.augment.rt.numpy())

@@ -13,6 +13,7 @@ import tensorflow as tf
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
 from paragan_tf.train import optimizers
+from paragan_tf.train.precision import Precision
 
 
 def test_scaling_rules():
@@ -108,10 +109,11 @@ def test_only_float16_wraps_each_optimizer_in_its_own_dynamic_loss_scale(tiny_gi
         policy(precision)
         g, d = optimizers.make_optimizers(8)
         assert isinstance(g, keras.optimizers.Adam) and isinstance(d, keras.optimizers.Adam)
-        assert optimizers.loss_scaler(g) is None and optimizers.loss_scaler(d) is None
+        assert not Precision(g).scaling and not Precision(d).scaling
     policy("mixed_float16")
     g, d = optimizers.make_optimizers(8)
-    assert optimizers.loss_scaler(g) is g and optimizers.loss_scaler(d) is d
+    assert Precision(g).scaling and Precision(g).inner is g.inner_optimizer
+    assert Precision(d).scaling and Precision(d).inner is d.inner_optimizer
     assert isinstance(g.inner_optimizer, keras.optimizers.Adam) and g.dynamic and d.dynamic
     assert (g.initial_scale, g.dynamic_growth_steps) == (64.0, 2000)
     assert (d.initial_scale, d.dynamic_growth_steps) == (2.0 ** 15, 7)  # tf_keras' defaults

@@ -18,7 +18,6 @@ from paragan_tf.objective import penalties
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
 from paragan_tf.train import sync_trainer
-from paragan_tf.train import optimizers
 from paragan_tf.train import step as step_lib
 from tests.helpers.paper_biggan import _tiny_step
 from tests.helpers.training import mirrored_2, parse_tiny
@@ -411,7 +410,7 @@ def test_lazy_r1_under_bfloat16_stays_finite(tiny_gin, tmp_path):
     assert int(exp.health.skipped.numpy()) == 0
 
 
-# --- mixed_float16: dynamic loss scaling (train/step.py, train/optimizers.py) ---
+# --- mixed_float16: dynamic loss scaling (train/step.py, train/precision.py) ---
 # float16 is emulated on this CPU: slow, not wrong. Nothing here has run on a GPU.
 
 def _float16(tiny_gin, strategy, *bindings):
@@ -556,10 +555,10 @@ def test_float16_gradients_and_r1_match_float32_on_the_same_weights(tiny_gin, po
         variables = exp.discriminator.trainable_variables
         with tf.GradientTape() as tape:
             value = tf.reduce_mean(gan_step._gradient_penalties(images, labels))
-            scaled = optimizers.scaled(value, exp.d_optimizer)
+            scaled = gan_step.d_precision.scale(value)
         grads = tape.gradient(scaled, variables,
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return float(value), flat(optimizers.unscaled(grads, exp.d_optimizer))
+        return float(value), flat(gan_step.d_precision.unscale(grads))
 
     def losses(exp, gan_step):  # D's and G's updates' gradients (the penalties in D's)
         d_grads = exp.strategy.run(lambda: gan_step.d_gradients([(images[:8], labels[:8])],
