@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Does a change keep training bit for bit? The final weights digest of one tiny training
+# run (bin/train.py, gin/tiny.gin plus the gin bindings given) at an earlier commit and at
+# this checkout; the two lines must match where the change is meant to keep behaviour.
+#   bash benchmarks/probes/digest_ab.sh REV ["layout.precision='mixed_float16'" ...]
+# REV runs from a temporary git worktree with this checkout's .venv, its own code first.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+here=$(pwd)
+rev=$1
+shift
+bindings=()
+for b in "$@"; do bindings+=("--gin_bindings=$b"); done
+out=$(mktemp -d)
+git worktree add -q --detach "$out/before" "$rev"
+trap 'git worktree remove --force "$out/before"; rm -rf "$out"' EXIT
+for side in before HEAD; do
+  tree=$([ "$side" = before ] && echo "$out/before" || echo "$here")
+  (cd "$tree" && PYTHONPATH="$tree" PARAGAN_TF_LAYOUT_TUNE=off "$here/.venv/bin/python" \
+     bin/train.py --gin_file=gin/tiny.gin --model_dir="$out/run_$side" "${bindings[@]}" 2>&1) |
+    grep -o "final weights digest [0-9a-f]*" | sed "s/^/$side ($([ "$side" = before ] && echo "$rev" || git rev-parse --short HEAD)): /"
+done
