@@ -53,6 +53,7 @@ import gin
 import tensorflow as tf
 
 from paragan_tf.distribute import staging
+from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 
 PLACEMENTS = ("replica", "split")
@@ -107,8 +108,8 @@ class Placement:
     d_devices: Tuple[str, ...] = ()
 
     @property
-    def split(self) -> bool:
-        """Whether G and D live on devices of their own (or in stages): spread at all."""
+    def spread(self) -> bool:
+        """Whether the replica spans several devices (G and D apart, or in stages)."""
         return bool(self.g_devices)
 
     @property
@@ -123,11 +124,11 @@ class Placement:
 
     def on_g(self):
         """Scope for G's ops outside its blocks (a no-op without a placement)."""
-        return tf.device(self.g_device) if self.split else contextlib.nullcontext()
+        return tf.device(self.g_device) if self.spread else contextlib.nullcontext()
 
     def on_d(self):
         """Scope for D's ops outside its blocks (a no-op without a placement)."""
-        return tf.device(self.d_device) if self.split else contextlib.nullcontext()
+        return tf.device(self.d_device) if self.spread else contextlib.nullcontext()
 
     def g_variables(self):
         """Scope (inside strategy.scope()) creating variables on G's first device."""
@@ -153,13 +154,13 @@ class Placement:
 
     def xla_blocker(self):
         """Why XLA cannot compile the step under this placement, or None."""
-        if not self.split:
+        if not self.spread:
             return None
         return ("model_parallel.placement='split' or model_parallel.stages > 1 spreads the "
                 "step over several devices, and XLA compiles a step for one")
 
     def describe(self) -> str:
-        if not self.split:
+        if not self.spread:
             return "G and D on the replica's device"
         if len(self.g_devices) == 1:
             return (f"G, EMA G and G's optimizer on {self.g_device}; D and its optimizer on "
@@ -174,18 +175,24 @@ KINDS = ("one_device", "multi_worker_mirrored")
 SHARD_KINDS = ("one_device", "mirrored", "multi_worker_mirrored")
 
 
-def prepare_devices(config: ModelParallelConfig, strategy_kind: str) -> None:
-    """Refuses what the placement cannot run under; on a CPU-only host splits the CPU into
-    the replica's devices. Call before the strategy is made (before TensorFlow initialises)."""
+def refuse(config: ModelParallelConfig, strategy_kind: str) -> None:
+    """Refuses, by name, the model parallelism that `strategy_kind` cannot run (the one place
+    these refusals are written)."""
     if config.shard_optimizer and strategy_kind not in SHARD_KINDS:
         raise ConfigError(f"model_parallel.shard_optimizer=True is available under "
                           f"strategy.kind in {list(SHARD_KINDS)} only, not {strategy_kind!r}")
+    if config.spread and strategy_kind not in KINDS:
+        raise ConfigError(f"{_what(config)} is available under strategy.kind in {list(KINDS)} "
+                          f"only, not {strategy_kind!r}")
+
+
+def prepare_devices(config: ModelParallelConfig, strategy_kind: str) -> None:
+    """Refuses what the placement cannot run under; on a CPU-only host splits the CPU into
+    the replica's devices. Call before the strategy is made (before TensorFlow initialises)."""
+    refuse(config, strategy_kind)
     if not config.spread:
         return
     what = _what(config)
-    if strategy_kind not in KINDS:
-        raise ConfigError(f"{what} is available under strategy.kind in {list(KINDS)} only, "
-                          f"not {strategy_kind!r}")
     gpus = len(tf.config.list_physical_devices("GPU"))
     n = config.devices_per_replica
     if strategy_kind == "multi_worker_mirrored" and gpus:
@@ -196,8 +203,6 @@ def prepare_devices(config: ModelParallelConfig, strategy_kind: str) -> None:
         return
     if gpus:
         raise ConfigError(f"{what} needs {n} GPUs in this process; it sees {gpus}")
-    # pylint: disable=import-outside-toplevel
-    from paragan_tf.distribute import strategy as strategy_lib
     strategy_lib.split_cpu(n)
 
 
@@ -212,26 +217,18 @@ def _what(config: ModelParallelConfig) -> str:
 
 def make(config: ModelParallelConfig, strategy: tf.distribute.Strategy) -> Placement:
     """The placement of this process's replica (after prepare_devices and the strategy)."""
-    if config.shard_optimizer and not isinstance(
-            strategy, (tf.distribute.OneDeviceStrategy, tf.distribute.MirroredStrategy,
-                       tf.distribute.MultiWorkerMirroredStrategy)):
-        raise ConfigError(f"model_parallel.shard_optimizer=True is available under "
-                          f"strategy.kind in {list(SHARD_KINDS)} only, not "
-                          f"{type(strategy).__name__}")
+    refuse(config, strategy_lib.kind_of(strategy))  # a strategy made elsewhere, too
     if not config.spread:
         return Placement()
     n, what = config.devices_per_replica, _what(config)
     if isinstance(strategy, tf.distribute.OneDeviceStrategy):
         kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
         devices = [d.name for d in tf.config.list_logical_devices(kind)]
-    elif isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        # This worker's replica device, then the next logical CPUs of the same task.
+    else:  # multi_worker_mirrored: this worker's replica device, then the next logical
+        # CPUs of the same task.
         first = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0])
         local = len(tf.config.list_logical_devices(first.device_type))
         devices = [first.replace(device_index=i).to_string() for i in range(local)]
-    else:
-        raise ConfigError(f"{what} is available under strategy.kind in {list(KINDS)} only, "
-                          f"not {type(strategy).__name__}")
     if len(devices) < n:
         raise ConfigError(f"{what} needs {n} devices per replica; this process has "
                           f"{len(devices)}")

@@ -38,6 +38,19 @@ KINDS = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server", 
 HEARTBEAT_TIMEOUT_SECONDS = 60
 
 
+def kind_of(strategy: tf.distribute.Strategy) -> str:
+    """The `strategy.kind` that makes a strategy like `strategy` (its class name for one no
+    kind makes, such as the default strategy)."""
+    for kind, cls in (("tpu", tf.distribute.TPUStrategy),
+                      ("parameter_server", tf.distribute.experimental.ParameterServerStrategy),
+                      ("multi_worker_mirrored", tf.distribute.MultiWorkerMirroredStrategy),
+                      ("mirrored", tf.distribute.MirroredStrategy),
+                      ("one_device", tf.distribute.OneDeviceStrategy)):
+        if isinstance(strategy, cls):
+            return kind
+    return type(strategy).__name__
+
+
 def split_cpu(num_devices: int) -> None:
     """Splits the physical CPU into `num_devices` logical CPUs (before TF initialises)."""
     cpu = tf.config.list_physical_devices("CPU")[0]

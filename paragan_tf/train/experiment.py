@@ -157,7 +157,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         placement_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
         strategy = strategy_lib.make_strategy(settings.strategy, settings.cluster)
     placement = placement_lib.make(settings.model_parallel, strategy)
-    if placement.split:
+    if placement.spread:
         logging.info("model parallel: %s", placement.describe())
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)

@@ -47,7 +47,7 @@ def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = No
     cfg = exp.settings.train
     report = plan.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
     report["recompute"] = cfg.recompute
-    if exp.placement.split:
+    if exp.placement.spread:
         report["devices"] = {
             where: part.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
             for where, part in device_plans(exp, plan).items()}

@@ -252,7 +252,7 @@ class GANStep:
         grads = [tf.convert_to_tensor(g) for g in grads]
         if acc is None:
             return grads
-        if not self.placement.split:
+        if not self.placement.spread:
             return [a + g for a, g in zip(acc, grads)]
         # A spread replica: each running sum beside its gradient, on its network's or
         # stage's device (unplaced, it would land on the first device).

@@ -55,7 +55,7 @@ def _split(tiny_gin, *bindings):
 
 def test_every_variable_lives_on_its_networks_device(tiny_gin):
     exp = _split(tiny_gin)
-    assert exp.placement.split
+    assert exp.placement.spread
     g_side = (exp.generator.variables + exp.generator_ema.variables +
               exp.g_optimizer.variables())
     d_side = exp.discriminator.variables + exp.d_optimizer.variables()
@@ -148,7 +148,7 @@ def test_split_training_equals_one_device_and_its_checkpoint_and_evaluation_too(
     # The split run's checkpoint restores into an unsplit build: the same weights.
     restored, _ = experiment.restore(str(tmp_path / "split"),
                                      gin_bindings=["model_parallel.placement = 'replica'"])
-    assert not restored.placement.split
+    assert not restored.placement.spread
     for name, value in _weights(restored).items():
         np.testing.assert_array_equal(value, split[name], err_msg=name)
 
@@ -176,7 +176,7 @@ def test_a_nan_in_a_split_step_skips_both_updates_and_restores_both_devices_stat
 def test_what_a_split_cannot_run_under_is_refused_by_name(tiny_gin):
     tiny_gin("model_parallel.placement = 'split'")
     with pytest.raises(ConfigError, match="placement='split' is available under strategy.kind "
-                                          "in .* only, not MirroredStrategy"):
+                                          "in .* only, not 'mirrored'"):
         experiment.build(mirrored_2())
     for kind in ("mirrored", "parameter_server", "tpu"):
         with pytest.raises(ConfigError, match=f"only, not {kind!r}"):
