@@ -61,7 +61,7 @@ _FILE_SECONDS = {
     "train/test_controller.py": 15, "data/test_class_list.py": 15,
     "objective/test_regularizers.py": 10, "train/test_ema.py": 10, "generate/test_export.py": 10,
     "benchmarks/test_quality_runs.py": 5, "distribute/test_placement.py": 220,
-    "e2e/test_model_parallel.py": 250, "train/test_sharded_adam.py": 130,
+    "e2e/test_model_parallel.py": 250, "distribute/test_sharded_adam.py": 130,
     "benchmarks/test_model_parallel.py": 60,
 }
 _TESTS = os.path.dirname(os.path.abspath(__file__))

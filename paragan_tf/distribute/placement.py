@@ -70,7 +70,7 @@ class ModelParallelConfig:
         first device(s), D and its optimizer on the next (see the module doc).
       stages: pipeline stages per network: its residual blocks over this many devices.
       shard_optimizer: keep Adam's moments 1/N per replica over the N replicas (ZeRO
-        stage 1, train/sharded_adam.py); under one_device, mirrored and
+        stage 1, distribute/sharded_adam.py); under one_device, mirrored and
         multi_worker_mirrored, with the replica placement and one stage.
     """
 

@@ -158,7 +158,7 @@ class StrategyConfig:
 def local_copies(variable) -> Sequence[tf.Variable]:
     """A variable's copies in this process: one per local replica for a distributed
     variable (which may hold a different value in each: sharded Adam's moments,
-    train/sharded_adam.py), the variable itself otherwise."""
+    distribute/sharded_adam.py), the variable itself otherwise."""
     if isinstance(variable, tf.distribute.DistributedValues):
         return variable.values
     return (variable,)

@@ -208,7 +208,7 @@ def variable_bytes(variables) -> int:
 
 def bytes_by_device(variables) -> Dict[str, int]:
     """The bytes of `variables` on each device of this process, per local copy: a
-    mirrored variable counts once per replica, a sharded one (train/sharded_adam.py) its
+    mirrored variable counts once per replica, a sharded one (distribute/sharded_adam.py) its
     slice per replica."""
     found: Dict[str, int] = {}
     for variable in variables:

@@ -2,7 +2,7 @@
 memory per device, the fewest micro-batches that fit and its extra traffic per step:
 
   shard    Adam's moments 1/N per replica (model_parallel.shard_optimizer,
-           train/sharded_adam.py); the new weights are all-gathered after every update,
+           distribute/sharded_adam.py); the new weights are all-gathered after every update,
            (N-1)/N of the network's float32 bytes;
   split    each replica spans two devices, G and EMA G on one and D on the other
            (model_parallel.placement='split', distribute/placement.py): count / 2 replicas,

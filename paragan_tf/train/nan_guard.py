@@ -31,7 +31,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.train import precision as precision_lib
-from paragan_tf.train import sharded_adam
+from paragan_tf.distribute import sharded_adam
 
 
 def all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):

@@ -40,7 +40,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
-from paragan_tf.train import sharded_adam
+from paragan_tf.distribute import sharded_adam
 
 
 class Adam(keras.optimizers.Adam):
@@ -163,7 +163,7 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
       initial_loss_scale, loss_scale_growth_steps: the dynamic loss scale's start and
         the finite updates in a row that double it (mixed_float16 only; tf_keras'
         LossScaleOptimizer's initial_scale and dynamic_growth_steps).
-      shard: Adam with its moments sharded over the replicas (train/sharded_adam.py;
+      shard: Adam with its moments sharded over the replicas (distribute/sharded_adam.py;
         model_parallel.shard_optimizer, not a gin parameter of its own).
     """
     where = f"{network}/optimizer"

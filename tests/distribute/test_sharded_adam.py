@@ -1,4 +1,4 @@
-"""Adam with sharded moments (train/sharded_adam.py, model_parallel.shard_optimizer): equal to
+"""Adam with sharded moments (distribute/sharded_adam.py, model_parallel.shard_optimizer): equal to
 keras' Adam over 10 steps on two replicas, each replica holding the matching slice of its
 moments; checkpoints saved whole and restored onto another replica count; what is refused."""
 
