@@ -14,6 +14,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
+from paragan_tf.train import step as step_lib
 from paragan_tf.train import sync_trainer
 from tests.helpers.training import mirrored_2
 
@@ -172,7 +173,7 @@ def test_bfloat16_step_is_finite_and_keeps_float32_state(tiny_gin, tmp_path):
 
 def _xla_compiled_calls(exp) -> int:
     """Function calls marked must-compile (XLA) in the training loop's traced graph."""
-    fn = sync_trainer.make_loop_fn(exp, sync_trainer.make_gan_step(exp))
+    fn = sync_trainer.make_loop_fn(exp, step_lib.for_experiment(exp))
     graph = fn.get_concrete_function(
         sync_trainer.real_batches(exp, 0), sync_trainer.noise_batches(exp, 0),
         tf.constant(1, tf.int64)).graph.as_graph_def()

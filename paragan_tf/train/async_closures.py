@@ -45,10 +45,7 @@ class Closures:
         cfg, strategy = exp.settings.train, exp.strategy
         k, batch, d_steps = cfg.accumulation, cfg.batch_size, cfg.d_steps
         dim_z, classes = exp.generator.dim_z, exp.classes
-        gan_step = step_lib.GANStep(
-            exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
-            step_lib.StepConfig(batch, 1, k, cfg.clip_norm, cfg.ortho_reg,
-                                augment=exp.augment, penalties=exp.settings.penalties))
+        gan_step = step_lib.for_experiment(exp, d_steps=1)  # a closure is one D update
         real_fn = pipeline.real_input_fn(exp.source, exp.settings.data, batch,
                                          cfg.seed * 1_000_003 + start, per_worker=True,
                                          classes=classes, inputs=exp.settings.inputs)

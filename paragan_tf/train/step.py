@@ -72,6 +72,20 @@ class StepConfig:
     penalties: penalties_lib.Penalties = penalties_lib.Penalties()
 
 
+def for_experiment(exp, d_steps: Optional[int] = None) -> "GANStep":
+    """The step of the run `exp` (a train/experiment.py Experiment) describes, built here for
+    both trainers: every setting the step reads comes from `exp`. The asynchronous trainer's
+    closures take one D update each (`d_steps`=1; its check_settings refuses what it cannot
+    run, such as LeCam and the simultaneous update, by name)."""
+    cfg = exp.settings.train
+    return GANStep(
+        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
+        StepConfig(cfg.batch_size, cfg.d_steps if d_steps is None else d_steps,
+                   cfg.accumulation, cfg.clip_norm, cfg.ortho_reg, cfg.simultaneous,
+                   exp.augment, exp.settings.penalties),
+        lecam_state=exp.lecam_state, placement=exp.placement)
+
+
 class GANStep:
     """Holds the networks, optimizers and loss, and computes one replica's step.
 

@@ -41,17 +41,6 @@ _METRICS = ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "logits/real", "lo
 _MEAN_METRICS = ("grad_norm/", "health/")  # identical on every replica; others are shares
 
 
-def make_gan_step(exp: experiment_lib.Experiment) -> step_lib.GANStep:
-    """The per-replica step of `exp`'s synchronous training."""
-    cfg = exp.settings.train
-    return step_lib.GANStep(
-        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
-        step_lib.StepConfig(cfg.batch_size, cfg.d_steps, cfg.accumulation, cfg.clip_norm,
-                            cfg.ortho_reg, cfg.simultaneous, exp.augment,
-                            exp.settings.penalties),
-        lecam_state=exp.lecam_state, placement=exp.placement)
-
-
 def real_batches(exp: experiment_lib.Experiment, seed: int,
                  settings: Optional[tuning.Tuning] = None,
                  service: Optional[service_lib.LocalDataService] = None, steps_done: int = 0):
@@ -59,7 +48,7 @@ def real_batches(exp: experiment_lib.Experiment, seed: int,
 
     steps_done: train steps whose real batches this stream already delivered (resume).
     """
-    per_step = make_gan_step(exp).real_batches_per_step
+    per_step = step_lib.for_experiment(exp).real_batches_per_step
     return iter(exp.strategy.distribute_datasets_from_function(pipeline.real_input_fn(
         exp.source, exp.settings.data, exp.settings.train.batch_size, seed,
         classes=exp.classes, inputs=exp.settings.inputs, tuning=settings, service=service,
@@ -68,7 +57,7 @@ def real_batches(exp: experiment_lib.Experiment, seed: int,
 
 def noise_batches(exp: experiment_lib.Experiment, seed: int, steps_done: int = 0):
     """Iterator of per-replica (z, labels) batches for `exp`'s synchronous training."""
-    per_step = make_gan_step(exp).noise_batches_per_step
+    per_step = step_lib.for_experiment(exp).noise_batches_per_step
     return iter(exp.strategy.distribute_datasets_from_function(pipeline.noise_input_fn(
         exp.generator.dim_z, exp.source.num_classes, exp.settings.train.batch_size, seed,
         classes=exp.classes, replica_batches_done=steps_done * per_step)))
@@ -168,7 +157,7 @@ class SyncTrainer(trainer_lib.Trainer):
             self._service = service_lib.LocalDataService(exp.settings.inputs.service_workers)
         self.real_it = self._real_iterator(self.real_seed, real_start)
         self.noise_it = noise_batches(exp, self.noise_seed, start)
-        self.loop = make_loop_fn(exp, make_gan_step(exp))
+        self.loop = make_loop_fn(exp, step_lib.for_experiment(exp))
         classes = (f"all {len(exp.classes)}" if len(exp.classes) == exp.source.num_classes
                    else exp.classes)
         logging.info("training %s (classes %s) from step %d to %d on %d replica(s), global "

@@ -20,7 +20,7 @@ from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.train import planning
-from paragan_tf.train import sync_trainer
+from paragan_tf.train import step as step_lib
 from tests.helpers.training import mirrored_2, parse_tiny
 
 G_DEVICE, D_DEVICE = 0, 1  # the logical CPUs conftest.py makes
@@ -71,7 +71,7 @@ def test_every_op_of_the_step_runs_on_its_networks_device(tiny_gin):
     differentiated outside D's scope, leaves those ops without a device (they land on the
     first one); this fails then."""
     exp = _split(tiny_gin, "train.d_steps = 1", "penalties.r1_gamma = 1.0")
-    gan_step = sync_trainer.make_gan_step(exp)
+    gan_step = step_lib.for_experiment(exp)
     real = [(tf.zeros([8, 32, 32, 1]), tf.zeros([8], tf.int32))]
     noise = [(tf.zeros([8, 16]), tf.zeros([8], tf.int32))] * 2
     graph = tf.function(lambda r, n: exp.strategy.run(gan_step, args=(r, n)),
@@ -155,7 +155,7 @@ def test_split_training_equals_one_device_and_its_checkpoint_and_evaluation_too(
 
 def test_a_nan_in_a_split_step_skips_both_updates_and_restores_both_devices_state(tiny_gin):
     exp = _split(tiny_gin, "train.d_steps = 1")
-    gan_step = sync_trainer.make_gan_step(exp)
+    gan_step = step_lib.for_experiment(exp)
     noise = [(tf.random.normal([8, 16], seed=i), tf.range(8) % 10) for i in range(2)]
     images = tf.random.uniform([8, 32, 32, 1], -1, 1, seed=1)
     poisoned = tf.tensor_scatter_nd_update(images, [[0, 3, 3, 0]], [float("nan")])
@@ -211,7 +211,7 @@ def test_pipeline_stages_place_each_block_and_its_backward_on_its_device_and_equ
         assert stages == sorted(stages) and set(stages) == {0, 1}, (model.name, stages)
         for block, device in zip(model.blocks, model.block_devices):
             assert {_index(v.device) for v in block.variables} == {_index(device)}
-    gan_step = sync_trainer.make_gan_step(exp)
+    gan_step = step_lib.for_experiment(exp)
     real = [(tf.zeros([8, 32, 32, 1]), tf.zeros([8], tf.int32))] * 4
     noise = [(tf.zeros([8, 16]), tf.zeros([8], tf.int32))] * 6
     graph = tf.function(lambda r, n: exp.strategy.run(gan_step, args=(r, n)),

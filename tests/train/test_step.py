@@ -264,7 +264,7 @@ def test_simultaneous_update_takes_g_against_the_d_before_the_d_update(tiny_gin)
 def test_nan_in_a_real_batch_skips_the_update_of_both_networks(tiny_gin, two_replicas):
     tiny_gin("train.d_steps = 1")
     exp = experiment.build(mirrored_2() if two_replicas else _one_device())
-    gan_step = sync_trainer.make_gan_step(exp)
+    gan_step = step_lib.for_experiment(exp)
     noise = [(tf.random.normal([8, 16], seed=i), tf.range(8) % 10) for i in range(2)]
     images = tf.random.uniform([8, 32, 32, 1], -1, 1, seed=1)
     # One NaN pixel in one example: on two replicas only the first replica sees it.
@@ -333,7 +333,7 @@ def _gradients(exp, **changes):
     """D's gradient for one fixed batch under `exp`'s step with StepConfig `changes`."""
     import dataclasses
     from paragan_tf.train import sync_trainer
-    step = sync_trainer.make_gan_step(exp)
+    step = step_lib.for_experiment(exp)
     loss_fn = changes.pop("loss_fn", exp.loss_fn)
     step = type(step)(exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer,
                       loss_fn, dataclasses.replace(step.config, **changes),
@@ -428,7 +428,7 @@ def _set_scale(optimizer, value: float) -> None:
 def _trainer_steps(exp):
     """run(n): n steps of `exp`'s synchronous training loop (train/sync_trainer.py), its NaN guard
     counters included, on the run's own input streams."""
-    loop_fn = sync_trainer.make_loop_fn(exp, sync_trainer.make_gan_step(exp))
+    loop_fn = sync_trainer.make_loop_fn(exp, step_lib.for_experiment(exp))
     real_it, noise_it = sync_trainer.real_batches(exp, 1), sync_trainer.noise_batches(exp, 2)
     return lambda n=1: loop_fn(real_it, noise_it, tf.constant(n, tf.int64))
 
@@ -540,7 +540,7 @@ def test_float16_gradients_and_r1_match_float32_on_the_same_weights(tiny_gin, po
         tiny_gin(f"layout.precision = '{precision}'", "train.d_steps = 1",
                  "penalties.r1_gamma = 1.0", "penalties.r2_gamma = 1.0")
         exp = experiment.build(_one_device())
-        return exp, sync_trainer.make_gan_step(exp)
+        return exp, step_lib.for_experiment(exp)
     exp32, step32 = step_of("float32")
     exp16, step16 = step_of("mixed_float16")
     rng = np.random.default_rng(0)
