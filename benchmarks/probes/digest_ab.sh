@@ -3,6 +3,7 @@
 # run (bin/train.py, gin/tiny.gin plus the gin bindings given) at an earlier commit and at
 # this checkout; the two lines must match where the change is meant to keep behaviour.
 #   bash benchmarks/probes/digest_ab.sh REV ["layout.precision='mixed_float16'" ...]
+#   GIN_FILE=gin/mnist_default.gin bash benchmarks/probes/digest_ab.sh REV train.total_steps=50
 # REV runs from a temporary git worktree with this checkout's .venv, its own code first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +18,6 @@ trap 'git worktree remove --force "$out/before"; rm -rf "$out"' EXIT
 for side in before HEAD; do
   tree=$([ "$side" = before ] && echo "$out/before" || echo "$here")
   (cd "$tree" && PYTHONPATH="$tree" PARAGAN_TF_LAYOUT_TUNE=off "$here/.venv/bin/python" \
-     bin/train.py --gin_file=gin/tiny.gin --model_dir="$out/run_$side" "${bindings[@]}" 2>&1) |
+     bin/train.py --gin_file="${GIN_FILE:-gin/tiny.gin}" --model_dir="$out/run_$side" "${bindings[@]}" 2>&1) |
     grep -o "final weights digest [0-9a-f]*" | sed "s/^/$side ($([ "$side" = before ] && echo "$rev" || git rev-parse --short HEAD)): /"
 done
