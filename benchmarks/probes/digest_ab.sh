@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Does a change keep training bit for bit? The final weights digest of one tiny training
-# run (bin/train.py, gin/tiny.gin plus the gin bindings given) at an earlier commit and at
-# this checkout; the two lines must match where the change is meant to keep behaviour.
+# Does a change keep training bit for bit? The final weights digest of one training run
+# (bin/train.py on $GIN_FILE, default gin/tiny.gin, plus the gin bindings given) at an
+# earlier commit and at this checkout; the two lines must match where the change is meant
+# to keep behaviour.
 #   bash benchmarks/probes/digest_ab.sh REV ["layout.precision='mixed_float16'" ...]
 #   GIN_FILE=gin/mnist_default.gin bash benchmarks/probes/digest_ab.sh REV train.total_steps=50
 # REV runs from a temporary git worktree with this checkout's .venv, its own code first.
