@@ -30,8 +30,8 @@ from typing import List
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.train import precision as precision_lib
 from paragan_tf.distribute import sharded_adam
+from paragan_tf.train import precision as precision_lib
 
 
 def all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):

@@ -39,8 +39,8 @@ import gin
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.errors import ConfigError
 from paragan_tf.distribute import sharded_adam
+from paragan_tf.errors import ConfigError
 
 
 class Adam(keras.optimizers.Adam):
