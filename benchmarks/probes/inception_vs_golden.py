@@ -2,11 +2,13 @@
 tests/eval/test_inception.py.
 
     .venv/bin/python benchmarks/probes/inception_vs_golden.py          # features and FID
+    .venv/bin/python benchmarks/probes/inception_vs_golden.py bgr      # a broken variant
 
 Prints, for the 8 golden images, the largest error relative to each image's
 largest feature and the relative L2 error of all features, then the FID of the
 two golden sets of 200 images (ours, through our numpy Fréchet distance) beside
-the reference's value, and how many significant digits agree.
+the reference's value, and how many significant digits agree. `bgr` feeds every image with
+its colour channels reversed: a broken variant that tests/eval/test_inception.py must fail.
 """
 
 import math
@@ -25,8 +27,11 @@ golden = dict(np.load(os.path.join(eval_features.GOLDEN, "inception_golden.npz")
 embed = eval_features.embedder(value_range=(0, 255))
 
 
+BGR = sys.argv[1:] == ["bgr"]
+
+
 def features(images):
-    return eval_features.in_batches(embed, images)
+    return eval_features.in_batches(embed, images[..., ::-1] if BGR else images)
 
 
 ours, ref = features(inputs.feature_images()), golden["features"]
