@@ -135,9 +135,9 @@ class Checkpointer:
         """The objects the checkpoint at `path` holds values of that this run has no object
         for, and this run's variables it holds no value of, by their paths."""
         saved = {key.split(_VALUES)[0] for key, _ in tf.train.list_variables(path)
-                 if _VALUES in key} - {"save_counter"}
+                 if _VALUES in key}
         objects, variables = _object_paths(self.checkpoint)
-        return (saved - objects) | (variables - saved - {"save_counter"})
+        return ((saved - objects) | (variables - saved)) - {"save_counter"}
 
     def _variables(self) -> List[tf.Variable]:
         found = []

@@ -39,7 +39,8 @@ def test_two_configs_are_trained_scored_at_every_mark_and_compared(tmp_path, mni
     tiny, other = result["runs"]["tiny"], result["runs"]["tiny_frozen_g"]
     for run in (tiny, other):
         assert run["steps"] == STEPS and [p["step"] for p in run["curve"]] == [STEPS // 2, STEPS]
-        # Images D saw: step x batch 8 x 2 D steps (bound above); seconds from the run's stats.jsonl.
+        # Images D saw: step x batch 8 x 2 D steps (bound above); seconds from the run's
+        # stats.jsonl.
         assert [p["images"] for p in run["curve"]] == [STEPS * 8, STEPS * 16]
         assert 0 < run["curve"][0]["seconds"] < run["curve"][1]["seconds"]
         assert all(np.isfinite(p["fcd"]) and 0 <= p["conditional_accuracy"] <= 1
