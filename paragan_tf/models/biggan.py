@@ -310,8 +310,9 @@ class Discriminator(_Staged, keras.Model):
 
 
 def count_trainable(model: keras.Model) -> int:
-    """Number of trainable scalars of a built model."""
-    return int(sum(tf.size(v).numpy() for v in model.trainable_variables))
+    """Number of trainable scalars of a built model (from the variables' static shapes, so
+    models built in a throwaway graph, whose initialisers never ran, count too)."""
+    return int(sum(v.shape.num_elements() for v in model.trainable_variables))
 
 
 def build(generator: Generator, discriminator: Discriminator, image_channels: int) -> None:
