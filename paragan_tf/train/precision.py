@@ -56,6 +56,12 @@ class Precision:
             # (apply_gradients) would also apply the update, which is the guard's to decide.
             self._scaler._loss_scale.update(grads)  # pylint: disable=protected-access
 
+    def set_scale(self, value: float) -> None:
+        """Sets the current scale (what a restore or an operator would reset it to)."""
+        if self._scaler is None:
+            raise ValueError("no loss scale: the optimizer is not float16's")
+        self._scaler._loss_scale.current_loss_scale.assign(value)  # pylint: disable=protected-access
+
     def lowered(self, before: Optional[tf.Tensor]) -> tf.Tensor:
         """Whether the scale is below `before` (its value read before an update): the
         update overflowed. False without scaling."""

@@ -17,6 +17,7 @@ from paragan_tf.objective import losses
 from paragan_tf.objective import penalties
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
+from paragan_tf.train import precision as precision_lib
 from paragan_tf.train import sync_trainer
 from paragan_tf.train import step as step_lib
 from tests.helpers.paper_biggan import _tiny_step
@@ -422,7 +423,7 @@ def _float16(tiny_gin, strategy, *bindings):
 
 
 def _set_scale(optimizer, value: float) -> None:
-    optimizer._loss_scale.current_loss_scale.assign(value)  # the LossScaleOptimizer's state
+    precision_lib.Precision(optimizer).set_scale(value)
 
 
 def _trainer_steps(exp):
