@@ -1,4 +1,17 @@
-"""Model parallelism inside a replica: G on one device, D on another (`model_parallel.*`).
+"""The parallel mode of a run: one object, made once by train/experiment.py's build from the
+`model_parallel.*` settings and the strategy, and handed to everything that depends on it.
+
+`Mode` owns what differs between the modes: what each strategy refuses (written once, here),
+the devices of a replica, where the networks' variables and blocks live, the device scopes
+of the step's ops (train/step.py asks it), and how an update is applied (the NaN guard asks
+it: all-reduced gradients through the keras optimizer on every replica, or Adam's moments
+sharded over the replicas, distribute/sharded_adam.py).
+
+The modes:
+- replicated (the default): data parallelism only, each replica on one device.
+- sharded optimizer state (`model_parallel.shard_optimizer=True`): replicated, with Adam's
+  moments 1/N per replica (ZeRO stage 1).
+- G/D split and pipeline stages (below), alone or together; not with sharding.
 
 With `model_parallel.placement='split'` each replica spans two devices: G, the EMA
 generator and G's optimizer state live on the first, D and its optimizer state on the
@@ -47,11 +60,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import gin
 import tensorflow as tf
 
+from paragan_tf.distribute import sharded_adam
 from paragan_tf.distribute import staging
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
@@ -99,11 +113,20 @@ class ModelParallelConfig:
     def devices_per_replica(self) -> int:
         return self.stages * (2 if self.placement == "split" else 1)
 
+    def xla_blocker(self) -> Optional[str]:
+        """Why XLA cannot compile a step under these settings, or None."""
+        if not self.spread:
+            return None
+        return ("model_parallel.placement='split' or model_parallel.stages > 1 spreads the "
+                "step over several devices, and XLA compiles a step for one")
+
 
 @dataclasses.dataclass(frozen=True)
-class Placement:
-    """The devices of G's and D's stages in this replica (empty: the replica's device)."""
+class Mode:
+    """This process's parallel mode: its settings and the devices of G's and D's stages in
+    this replica (none: the replica's own device)."""
 
+    config: ModelParallelConfig = ModelParallelConfig()
     g_devices: Tuple[str, ...] = ()
     d_devices: Tuple[str, ...] = ()
 
@@ -111,6 +134,16 @@ class Placement:
     def spread(self) -> bool:
         """Whether the replica spans several devices (G and D apart, or in stages)."""
         return bool(self.g_devices)
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """Whether each replica keeps 1/N of Adam's moments."""
+        return self.config.shard_optimizer
+
+    @property
+    def model_parallel(self) -> bool:
+        """Whether anything beyond data parallelism places the run's state."""
+        return self.spread or self.shards_optimizer
 
     @property
     def g_device(self) -> Optional[str]:
@@ -152,12 +185,53 @@ class Placement:
             stage_of = staging.balance(model.block_costs(batch), stages)
             model.place_blocks([devices[s] for s in stage_of])
 
-    def xla_blocker(self):
-        """Why XLA cannot compile the step under this placement, or None."""
-        if not self.spread:
+    def xla_blocker(self) -> Optional[str]:
+        """Why XLA cannot compile the step under this mode, or None."""
+        return self.config.xla_blocker()
+
+    def sharded_adam(self, where: str, kind: str, compute_dtype: str, **adam):
+        """The optimizer of one network (gin scope `where`, its `optimizer.name` `kind`)
+        when this mode shards Adam's moments, else None (the caller makes a keras one)."""
+        if not self.shards_optimizer:
             return None
-        return ("model_parallel.placement='split' or model_parallel.stages > 1 spreads the "
-                "step over several devices, and XLA compiles a step for one")
+        if kind != "adam":
+            raise ConfigError(f"model_parallel.shard_optimizer shards Adam's moments; "
+                              f"{where}.name={kind!r} is not Adam")
+        if compute_dtype == "float16":
+            raise ConfigError("model_parallel.shard_optimizer is not available with "
+                              "layout.precision='mixed_float16' (its loss scaling wraps a "
+                              "keras optimizer); use 'mixed_bfloat16' or 'float32'")
+        return sharded_adam.ShardedAdam(**adam)
+
+    def apply(self, healthy: tf.Tensor, precision, grads: List[tf.Tensor], variables) -> None:
+        """Applies all-reduced `grads` to `variables` when `healthy` (the same on every
+        replica), in replica context; `precision` (train/precision.py) holds the network's
+        optimizer and, under float16, updates its loss scale from `grads`, applied or not."""
+        if self.shards_optimizer:
+            # Computed on every replica's slice and kept only when healthy: no branch.
+            precision.optimizer.apply(healthy, grads, variables)
+            return
+
+        def apply(grads):
+            precision.inner.apply_gradients(zip(grads, variables),
+                                            skip_gradients_aggregation=True)
+
+        # The condition lives in cross-replica context, where a branch may hold the
+        # optimizer's synchronisation point (as tf-keras' LossScaleOptimizer does it):
+        # under MirroredStrategy a tf.cond around apply_gradients in replica context fails.
+        def cross_replica(strategy, healthy, grads):
+            # From the all-reduced unscaled gradients, in the cross-replica context the
+            # rule needs. Not the wrapper's apply_gradients: that one decides the skip on
+            # its own (the guard also sees the loss and the step's other updates) and counts
+            # a skipped update in `iterations`.
+            precision.update(grads)
+            healthy = strategy.experimental_local_results(healthy)[0]
+
+            def update():
+                strategy.extended.call_for_each_replica(apply, args=(grads,))
+                return tf.constant(True)
+            return tf.cond(healthy, update, lambda: tf.constant(False))
+        tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
 
     def describe(self) -> str:
         if not self.spread:
@@ -215,11 +289,11 @@ def _what(config: ModelParallelConfig) -> str:
     return " with ".join(parts)
 
 
-def make(config: ModelParallelConfig, strategy: tf.distribute.Strategy) -> Placement:
-    """The placement of this process's replica (after prepare_devices and the strategy)."""
+def make(config: ModelParallelConfig, strategy: tf.distribute.Strategy) -> Mode:
+    """The mode of this process's replica (after prepare_devices and the strategy)."""
     refuse(config, strategy_lib.kind_of(strategy))  # a strategy made elsewhere, too
     if not config.spread:
-        return Placement()
+        return Mode(config)
     n, what = config.devices_per_replica, _what(config)
     if isinstance(strategy, tf.distribute.OneDeviceStrategy):
         kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
@@ -234,4 +308,4 @@ def make(config: ModelParallelConfig, strategy: tf.distribute.Strategy) -> Place
                           f"{len(devices)}")
     g = tuple(devices[:config.stages])
     d = tuple(devices[config.stages:n]) if config.placement == "split" else g
-    return Placement(g_devices=g, d_devices=d)
+    return Mode(config, g_devices=g, d_devices=d)

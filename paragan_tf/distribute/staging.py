@@ -1,7 +1,7 @@
 """Pipeline stages: a residual block's forward and backward on a device of its own.
 
 With `model_parallel.stages=S` a network's blocks are split into S contiguous stages, each on
-a device of the replica (distribute/placement.py chooses the devices and the split). A staged
+a device of the replica (distribute/mode.py chooses the devices and the split). A staged
 block runs under its device's scope, its variables made there at the first call, and its
 backward pass runs there too: the block's forward is recorded by a tape of its own inside a
 custom gradient, and the gradient function differentiates that tape under the device's

@@ -5,7 +5,7 @@ memory per device, the fewest micro-batches that fit and its extra traffic per s
            distribute/sharded_adam.py); the new weights are all-gathered after every update,
            (N-1)/N of the network's float32 bytes;
   split    each replica spans two devices, G and EMA G on one and D on the other
-           (model_parallel.placement='split', distribute/placement.py): count / 2 replicas,
+           (model_parallel.placement='split', distribute/mode.py): count / 2 replicas,
            G's images moved to D and their gradients back;
   stagesS  the split with each network's blocks in S pipeline stages (S in STAGES;
            model_parallel.stages, distribute/staging.py): count / 2S replicas, each stage

@@ -99,7 +99,7 @@ def assemble(exp: experiment_lib.Experiment, model_dir: str,
     stats = run_files.Stats(model_dir, write=is_chief)
     if is_chief:
         run_files.write_config(model_dir, exp.operative_config, writer)
-    if exp.placement.spread or exp.settings.model_parallel.shard_optimizer:
+    if exp.mode.model_parallel:
         placed = planning.bytes_by_device(exp)  # measured, not planned
         logging.info("variables per device: %s", json.dumps(placed))
         stats.append("devices", int(exp.step.numpy()), {"variable_bytes": placed})

@@ -34,7 +34,7 @@ from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
-from paragan_tf.distribute import placement as placement_lib
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import subject as subject_lib
@@ -59,6 +59,31 @@ def parse(gin_files: Sequence[str], gin_bindings: Sequence[str], finalize: bool 
 
 
 @dataclasses.dataclass(frozen=True)
+class ModelOptions:
+    """The networks' widths as the gin config binds them (None: the constructor's default).
+    G and D are built by their gin-configurable constructors (models/biggan.py); these are
+    what the rest of a run reads of them before they exist (the layout's cache key)."""
+
+    generator_ch: Optional[int] = None
+    discriminator_ch: Optional[int] = None
+    dim_z: Optional[int] = None
+    # Both networks' initialiser, overriding Generator.init and Discriminator.init: a plan
+    # builds with 'N02', whose values do not matter to it, where orthogonal initialisation
+    # (a QR decomposition per weight) was 40 of the 50 s that building BigGAN-128 took.
+    init: Optional[str] = None
+
+    @classmethod
+    def read(cls) -> "ModelOptions":
+        def bound(selector: str):
+            try:
+                return gin.query_parameter(selector)
+            except ValueError:  # not bound
+                return None
+        return cls(generator_ch=bound("Generator.ch"),
+                   discriminator_ch=bound("Discriminator.ch"), dim_z=bound("Generator.dim_z"))
+
+
+@dataclasses.dataclass(frozen=True)
 class Settings:
     """Every option object of a run, read from the parsed gin config by `read()`."""
 
@@ -71,7 +96,8 @@ class Settings:
     cluster: cluster.ClusterConfig
     augment: augment_lib.AugmentConfig
     penalties: penalties_lib.Penalties
-    model_parallel: placement_lib.ModelParallelConfig
+    model_parallel: mode_lib.ModelParallelConfig
+    model: ModelOptions = ModelOptions()
 
     @staticmethod
     def read_cluster() -> Tuple[strategy_lib.StrategyConfig, cluster.ClusterConfig]:
@@ -87,7 +113,7 @@ class Settings:
                    async_train=config_lib.AsyncConfig(),
                    strategy=strategy_lib.StrategyConfig(), cluster=cluster.ClusterConfig(),
                    augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties(),
-                   model_parallel=placement_lib.ModelParallelConfig())
+                   model_parallel=mode_lib.ModelParallelConfig(), model=ModelOptions.read())
 
 
 @dataclasses.dataclass
@@ -108,7 +134,7 @@ class Experiment:
     loss_fn: losses.LossFn
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
-    placement: placement_lib.Placement  # the devices of G and D within this replica
+    mode: mode_lib.Mode  # the parallel mode: G's and D's devices, how updates apply
     # What D's inputs go through: augment.DiffAugment, ada.AdaptiveAugment or None.
     augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
@@ -154,11 +180,11 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     loss_fn = losses.loss()
     augment_settings, penalties = settings.augment, settings.penalties
     if strategy is None:
-        placement_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
+        mode_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
         strategy = strategy_lib.make_strategy(settings.strategy, settings.cluster)
-    placement = placement_lib.make(settings.model_parallel, strategy)
-    if placement.spread:
-        logging.info("model parallel: %s", placement.describe())
+    mode = mode_lib.make(settings.model_parallel, strategy)
+    if mode.spread:
+        logging.info("model parallel: %s", mode.describe())
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
@@ -169,35 +195,35 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         raise ConfigError("train.recompute=True is not supported under "
                           "strategy.kind='parameter_server'; use a synchronous strategy")
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy, measured=measured,
-                               xla_blocked=placement.xla_blocker())
+                               xla_blocked=mode.xla_blocker())
     layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
     shape = dict(resolution=data.resolution, num_classes=source.num_classes,
-                 channel_multiple=layout.channel_multiple)
+                 channel_multiple=layout.channel_multiple,
+                 **({} if settings.model.init is None else dict(init=settings.model.init)))
     with strategy.scope():
-        with placement.g_variables():
+        with mode.g_variables():
             generator = biggan.Generator(out_channels=source.channels,
                                          recompute=config.recompute, **shape)
             generator_ema = biggan.Generator(out_channels=source.channels,
                                              name="generator_ema", **shape)
-        with placement.d_variables():
+        with mode.d_variables():
             discriminator = biggan.Discriminator(recompute=config.recompute, **shape)
-        placement.place_blocks(generator, discriminator, generator_ema,
+        mode.place_blocks(generator, discriminator, generator_ema,
                                config.batch_size // strategy.num_replicas_in_sync)
         # Keras makes a model's variables at its first call: each under its placement.
-        with placement.g_variables():
+        with mode.g_variables():
             biggan.build_generator(generator)
             biggan.build_generator(generator_ema)
-        with placement.d_variables():
+        with mode.d_variables():
             biggan.build_discriminator(discriminator, data.resolution, source.channels)
         g_optimizer, d_optimizer = optimizers.make_optimizers(
-            config.batch_size * config.accumulation,
-            shard=settings.model_parallel.shard_optimizer)
-        with placement.g_variables():
+            config.batch_size * config.accumulation, mode=mode)
+        with mode.g_variables():
             g_optimizer.build(generator.trainable_variables)
-        with placement.d_variables():
+        with mode.d_variables():
             d_optimizer.build(discriminator.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         health = bookkeeping_lib.Health(
@@ -224,7 +250,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                       generator_ema=generator_ema, g_optimizer=g_optimizer,
                       d_optimizer=d_optimizer, step=step, health=health,
                       input_state=input_state, ema=ema, bookkeeping=bookkeeping,
-                      loss_fn=loss_fn, classes=classes, layout=layout, placement=placement,
+                      loss_fn=loss_fn, classes=classes, layout=layout, mode=mode,
                       augment=augment,
                       lecam_state=lecam_state, operative_config=gin.operative_config_str())
 

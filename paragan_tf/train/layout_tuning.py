@@ -55,13 +55,6 @@ MEASURE_SECONDS = 1.5  # the length of one timing of one candidate
 STARTUP_TIMEOUT = 900  # seconds for a child to build and compile its step
 
 
-def _bound(selector: str, default):
-    try:
-        return gin.query_parameter(selector)
-    except ValueError:
-        return default
-
-
 def step_shape(settings, precision: str) -> Dict[str, object]:
     """What the step's speed depends on, beside the hardware and TensorFlow's version."""
     cfg = settings.train
@@ -69,9 +62,8 @@ def step_shape(settings, precision: str) -> Dict[str, object]:
                 d_steps=cfg.d_steps, accumulation=cfg.accumulation,
                 recompute=cfg.recompute, precision=precision,
                 strategy=settings.strategy.kind,
-                generator_ch=_bound("Generator.ch", None),
-                discriminator_ch=_bound("Discriminator.ch", None),
-                dim_z=_bound("Generator.dim_z", None),
+                generator_ch=settings.model.generator_ch,
+                discriminator_ch=settings.model.discriminator_ch, dim_z=settings.model.dim_z,
                 # Which input-gradient penalties run and how often, not their weights:
                 # a sweep over R1's strength is one step shape, tuned once.
                 penalties=dict(r1=settings.penalties.r1_gamma > 0,
@@ -271,10 +263,9 @@ def settle(settings, allow_measuring: bool = True,
         progress(f"layout: the rules decide under strategy.kind={kind!r} (every worker of "
                  f"a multi-process job would measure alone)")
         return None
-    if settings.model_parallel.placement != "replica":
-        progress(f"layout: the rules decide under model_parallel.placement="
-                 f"{settings.model_parallel.placement!r} (tuning tries XLA, which cannot "
-                 f"compile a step spread over devices)")
+    blocker = settings.model_parallel.xla_blocker()
+    if blocker:
+        progress(f"layout: the rules decide: {blocker} (tuning tries XLA)")
         return None
     pins = layout_lib.configured()
     hardware = layout_lib.detect()  # physical devices only: TensorFlow stays uninitialised

@@ -12,7 +12,8 @@ reported as `health/skipped` and counted by train/bookkeeping.py.
 
 Gradients are all-reduced by hand (then clipped, then applied with aggregation
 skipped) so clipping by global norm acts on the global gradient, not on each
-replica's part.
+replica's part. How an update is applied is the parallel mode's business
+(distribute/mode.py: on every replica, or Adam's moments sharded over them).
 
 Dynamic loss scaling (mixed_float16, train/precision.py): a float16 overflow is
 non-finite: the guard skips that step like any other, and each network's Precision
@@ -30,7 +31,7 @@ from typing import List
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.distribute import sharded_adam
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.train import precision as precision_lib
 
 
@@ -45,37 +46,14 @@ def all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):
     return loss, grads, finite, norm
 
 
-def apply_if(healthy: tf.Tensor, precision: precision_lib.Precision, grads: List[tf.Tensor],
-             norm: tf.Tensor, variables, clip_norm: float = 0.0) -> None:
+def apply_if(healthy: tf.Tensor, mode: mode_lib.Mode, precision: precision_lib.Precision,
+             grads: List[tf.Tensor], norm: tf.Tensor, variables, clip_norm: float = 0.0) -> None:
     """Applies all-reduced `grads` with the optimizer `precision` holds when `healthy`
-    (identical on every replica), clipped to `clip_norm` (0: not); under loss scaling,
-    also updates the scale from `grads`, applied or not."""
+    (identical on every replica), clipped to `clip_norm` (0: not), as `mode` applies an
+    update; under loss scaling, also updates the scale from `grads`, applied or not."""
     if clip_norm > 0:
         grads, _ = tf.clip_by_global_norm(grads, clip_norm, use_norm=norm)
-    if isinstance(precision.optimizer, sharded_adam.ShardedAdam):
-        # Computed on every replica's slice and kept only when healthy: no branch.
-        precision.optimizer.apply(healthy, grads, variables)
-        return
-
-    def apply(grads):
-        precision.inner.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
-
-    # The condition lives in cross-replica context, where a branch may hold the
-    # optimizer's synchronisation point (as tf-keras' LossScaleOptimizer does it):
-    # under MirroredStrategy a tf.cond around apply_gradients in replica context fails.
-    def cross_replica(strategy, healthy, grads):
-        # From the all-reduced unscaled gradients, in the cross-replica context the rule
-        # needs. Not the wrapper's apply_gradients: that one decides the skip on its own
-        # (the guard also sees the loss and the step's other updates) and counts a
-        # skipped update in `iterations`.
-        precision.update(grads)
-        healthy = strategy.experimental_local_results(healthy)[0]
-
-        def update():
-            strategy.extended.call_for_each_replica(apply, args=(grads,))
-            return tf.constant(True)
-        return tf.cond(healthy, update, lambda: tf.constant(False))
-    tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
+    mode.apply(healthy, precision, grads, variables)
 
 
 class Guard:
@@ -87,8 +65,9 @@ class Guard:
     unless the step stayed healthy.
     """
 
-    def __init__(self, forward_state: List[tf.Variable], clip_norm: float = 0.0):
-        self.forward_state, self.clip_norm = forward_state, clip_norm
+    def __init__(self, forward_state: List[tf.Variable], mode: mode_lib.Mode = mode_lib.Mode(),
+                 clip_norm: float = 0.0):
+        self.forward_state, self.mode, self.clip_norm = forward_state, mode, clip_norm
         self.saved = [tf.identity(tf.convert_to_tensor(v)) for v in forward_state]
         self.healthy = tf.constant(True)
 
@@ -100,7 +79,7 @@ class Guard:
 
     def apply(self, precision: precision_lib.Precision, model: keras.Model,
               grads: List[tf.Tensor], norm: tf.Tensor) -> None:
-        apply_if(self.healthy, precision, grads, norm, model.trainable_variables,
+        apply_if(self.healthy, self.mode, precision, grads, norm, model.trainable_variables,
                  self.clip_norm)
 
     def update(self, precision: precision_lib.Precision, model: keras.Model, loss: tf.Tensor,
@@ -113,7 +92,7 @@ class Guard:
     def restore_if_skipped(self) -> None:
         for variable, saved in zip(self.forward_state, self.saved):
             # An unconditional assign: a tf.cond around it would hold a cross-replica
-            # synchronisation point in replica context (see apply_if).
+            # synchronisation point in replica context (see Mode.apply).
             variable.assign(tf.where(self.healthy, tf.convert_to_tensor(variable), saved))
 
     def skipped(self) -> tf.Tensor:

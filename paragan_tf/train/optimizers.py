@@ -39,7 +39,7 @@ import gin
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.distribute import sharded_adam
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
 
 
@@ -132,7 +132,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                     hold_steps=self.hold_steps)
 
 
-@gin.configurable("optimizer", denylist=["shard"])
+@gin.configurable("optimizer", denylist=["mode"])
 def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                    learning_rate: float = gin.REQUIRED, beta_1: float = 0.0,
                    beta_2: float = 0.999, epsilon: float = 1e-8, momentum: float = 0.0,
@@ -140,7 +140,8 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                    warmup_steps: int = 0, decay: str = "constant", decay_steps: int = 0,
                    final_fraction: float = 0.0, hold_steps: int = 0,
                    initial_loss_scale: float = 2.0 ** 15,
-                   loss_scale_growth_steps: int = 2000, shard: bool = False):
+                   loss_scale_growth_steps: int = 2000,
+                   mode: mode_lib.Mode = mode_lib.Mode()):
     """One network's optimizer.
 
     Args:
@@ -163,8 +164,8 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
       initial_loss_scale, loss_scale_growth_steps: the dynamic loss scale's start and
         the finite updates in a row that double it (mixed_float16 only; tf_keras'
         LossScaleOptimizer's initial_scale and dynamic_growth_steps).
-      shard: Adam with its moments sharded over the replicas (distribute/sharded_adam.py;
-        model_parallel.shard_optimizer, not a gin parameter of its own).
+      mode: the run's parallel mode (distribute/mode.py), which makes the optimizer itself
+        when it shards Adam's moments (model_parallel.shard_optimizer; not a gin parameter).
     """
     where = f"{network}/optimizer"
     if name not in _CLASSES:
@@ -203,16 +204,11 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
     rate = (peak if not warmup_steps and decay == "constant"
             else WarmupDecay(peak, warmup_steps, decay, decay_steps, final_fraction,
                              hold_steps))
-    if shard:
-        if name != "adam":
-            raise ConfigError(f"model_parallel.shard_optimizer shards Adam's moments; "
-                              f"{where}.name={name!r} is not Adam")
-        if keras.mixed_precision.global_policy().compute_dtype == "float16":
-            raise ConfigError("model_parallel.shard_optimizer is not available with "
-                              "layout.precision='mixed_float16' (its loss scaling wraps a "
-                              "keras optimizer); use 'mixed_bfloat16' or 'float32'")
-        return sharded_adam.ShardedAdam(rate, beta_1, beta_2, epsilon,
-                                        name=f"{network}_optimizer")
+    sharded = mode.sharded_adam(where, name, keras.mixed_precision.global_policy().compute_dtype,
+                                learning_rate=rate, beta_1=beta_1, beta_2=beta_2,
+                                epsilon=epsilon, name=f"{network}_optimizer")
+    if sharded is not None:
+        return sharded
     # jit_compile=False: the update runs inside our own tf.function (compiled as a
     # whole when the layout asks for XLA), and XLA is not available under
     # MirroredStrategy on logical CPU devices.
@@ -246,10 +242,10 @@ def _loss_scaled(optimizer, network: str, initial_scale: float, growth_steps: in
     return wrapped
 
 
-def make_optimizers(global_batch_size: int, shard: bool = False):
-    """(G optimizer, D optimizer), each from its own gin scope; `shard`: ShardedAdams."""
+def make_optimizers(global_batch_size: int, mode: mode_lib.Mode = mode_lib.Mode()):
+    """(G optimizer, D optimizer), each from its own gin scope, as `mode` has them."""
     with gin.config_scope("G"):
-        g = make_optimizer("G", global_batch_size, shard=shard)
+        g = make_optimizer("G", global_batch_size, mode=mode)
     with gin.config_scope("D"):
-        d = make_optimizer("D", global_batch_size, shard=shard)
+        d = make_optimizer("D", global_batch_size, mode=mode)
     return g, d

@@ -8,6 +8,7 @@ experiment itself is built by train/experiment.py.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 from typing import Callable, Dict, Optional, Sequence
 
@@ -47,7 +48,7 @@ def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = No
     cfg = exp.settings.train
     report = plan.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
     report["recompute"] = cfg.recompute
-    if exp.placement.spread:
+    if exp.mode.spread:
         report["devices"] = {
             where: part.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
             for where, part in device_plans(exp, plan).items()}
@@ -65,8 +66,8 @@ def device_plans(exp: experiment_lib.Experiment, plan: memory_lib.Plan) -> Dict[
     the two."""
     batch = exp.settings.train.batch_size // exp.strategy.num_replicas_in_sync
     parts = {}
-    for side, model, devices in (("G", exp.generator, exp.placement.g_devices),
-                                 ("D", exp.discriminator, exp.placement.d_devices)):
+    for side, model, devices in (("G", exp.generator, exp.mode.g_devices),
+                                 ("D", exp.discriminator, exp.mode.d_devices)):
         if len(devices) == 1:
             parts[f"{side} ({devices[0]})"] = plan.sides[side]
             continue
@@ -85,11 +86,6 @@ def plan_model(precisions: Sequence[str],
     plans and FLOP counts (scale/plan.py)."""
     configured = configured_precision()
     memory, exp = {}, None
-    with gin.unlock_config():
-        # The weights' values do not matter to a plan; orthogonal initialisation (a QR
-        # decomposition per weight) was 40 of the 50 s that building BigGAN-128 took.
-        for network in ("Generator", "Discriminator"):
-            gin.bind_parameter(f"{network}.init", "N02")
     for precision in precisions:
         with gin.unlock_config():
             gin.bind_parameter("layout.precision", precision)
@@ -98,7 +94,11 @@ def plan_model(precisions: Sequence[str],
         # Keras models hold reference cycles that only the collector frees.
         exp = None
         gc.collect()
-        exp = experiment_lib.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), check_data=False)
+        settings = experiment_lib.Settings.read()  # the weights' values do not matter here
+        settings = dataclasses.replace(settings,
+                                       model=dataclasses.replace(settings.model, init="N02"))
+        exp = experiment_lib.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
+                                   check_data=False, settings=settings)
         progress(f"tracing the memory plan at {precision}")
         memory[precision] = memory_of(exp)
     with gin.unlock_config():

@@ -9,7 +9,7 @@ gradients by it in float32 (train/optimizers.py); R1/R2's input gradient is take
 of D's scaled logits and divided back in float32, as StyleGAN's TensorFlow code
 does (see _gradient_penalties).
 
-With a split placement (distribute/placement.py) G's ops run on G's device and D's on
+With a split placement (distribute/mode.py) G's ops run on G's device and D's on
 D's, and G's update is differentiated in two parts: D's tape to the images on D's
 device, then G's tape from those image gradients on G's device. Without one both
 scopes are no-ops; the two-part backward is the same arithmetic either way.
@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.distribute import placement as placement_lib
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.distribute import staging
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
@@ -83,7 +83,7 @@ def for_experiment(exp, d_steps: Optional[int] = None) -> "GANStep":
         StepConfig(cfg.batch_size, cfg.d_steps if d_steps is None else d_steps,
                    cfg.accumulation, cfg.clip_norm, cfg.ortho_reg, cfg.simultaneous,
                    exp.augment, exp.settings.penalties),
-        lecam_state=exp.lecam_state, placement=exp.placement)
+        lecam_state=exp.lecam_state, mode=exp.mode)
 
 
 class GANStep:
@@ -91,14 +91,15 @@ class GANStep:
 
     lecam_state: float32 [2], the moving averages of D's mean real and fake logits
     (LeCam); required when penalties.lecam_weight > 0, updated after each D update.
-    placement: the devices of G's and D's ops in this replica (default: the replica's).
+    mode: the parallel mode (distribute/mode.py): the devices of G's and D's ops in this
+      replica, and how an update is applied (default: replicated, on the replica's device).
     """
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model,
                  g_optimizer, d_optimizer, loss_fn: losses_lib.LossFn, config: StepConfig,
                  lecam_state: Optional[tf.Variable] = None,
-                 placement: placement_lib.Placement = placement_lib.Placement()):
-        self.placement = placement
+                 mode: mode_lib.Mode = mode_lib.Mode()):
+        self.mode = mode
         self.generator, self.discriminator = generator, discriminator
         self.g_optimizer, self.d_optimizer = g_optimizer, d_optimizer
         # Each network's loss scaling (float16), decided by its optimizer once, here.
@@ -126,9 +127,9 @@ class GANStep:
         images, labels = real
         z, fake_labels = noise
         if fakes is None:  # else made earlier by some G (the sample buffer)
-            with self.placement.on_g():
+            with self.mode.on_g():
                 fakes = self.generator((z, fake_labels), training=True)
-        with self.placement.on_d():
+        with self.mode.on_d():
             fakes = tf.stop_gradient(fakes)
             # One D call on real+fake: one SN power iteration per update, one big batch.
             inputs = self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0), z, 1)
@@ -221,9 +222,9 @@ class GANStep:
         gradient with respect to G's images, G's tape takes it from there.
         """
         z, fake_labels = noise
-        with self.placement.on_g(), tf.GradientTape() as g_tape:
+        with self.mode.on_g(), tf.GradientTape() as g_tape:
             fakes = self.generator((z, fake_labels), training=True)
-        with self.placement.on_d():
+        with self.mode.on_d():
             with tf.GradientTape(watch_accessed_variables=False) as d_tape:
                 d_tape.watch(fakes)
                 if getattr(self.loss_fn, "pairs_real", False):
@@ -242,7 +243,7 @@ class GANStep:
                 loss /= self.config.accumulation
                 scaled = self.g_precision.scale(loss)
             fake_grads = d_tape.gradient(scaled, fakes)
-        with self.placement.on_g():
+        with self.mode.on_g():
             grads = self.g_precision.unscale(
                 g_tape.gradient(fakes, self.generator.trainable_variables,
                                 output_gradients=fake_grads))
@@ -254,7 +255,7 @@ class GANStep:
         Divided by the replica count: every replica adds it and the sum is all-reduced.
         """
         variables = self.generator.trainable_variables
-        with self.placement.on_g():
+        with self.mode.on_g():
             with tf.GradientTape() as tape:
                 reg = tf.nn.scale_regularization_loss(
                     self.config.ortho_reg * regularizers.orthogonal(self.generator))
@@ -266,7 +267,7 @@ class GANStep:
         grads = [tf.convert_to_tensor(g) for g in grads]
         if acc is None:
             return grads
-        if not self.placement.spread:
+        if not self.mode.spread:
             return [a + g for a, g in zip(acc, grads)]
         # A spread replica: each running sum beside its gradient, on its network's or
         # stage's device (unplaced, it would land on the first device).
@@ -314,7 +315,7 @@ class GANStep:
 
     def _guard(self) -> nan_guard.Guard:
         """A guard made before this update's forward passes (it keeps what they change)."""
-        return nan_guard.Guard(self._forward_state(), self.config.clip_norm)
+        return nan_guard.Guard(self._forward_state(), self.mode, self.config.clip_norm)
 
     def d_update(self, real: Sequence[Batch], noise: Sequence[Batch],
                  fakes=None) -> Dict[str, tf.Tensor]:

@@ -1,4 +1,4 @@
-"""G and D on two devices within a replica (distribute/placement.py, train/step.py): every
+"""G and D on two devices within a replica (distribute/mode.py, train/step.py): every
 variable and op on its network's device, the split training run equal to the unsplit one with
 every step feature on (and its checkpoint and evaluation too), the NaN guard, and what is
 refused by name; pipeline stages (distribute/staging.py): the balance, each block's forward and
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paragan_tf.distribute import placement as placement_lib
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
@@ -55,7 +55,7 @@ def _split(tiny_gin, *bindings):
 
 def test_every_variable_lives_on_its_networks_device(tiny_gin):
     exp = _split(tiny_gin)
-    assert exp.placement.spread
+    assert exp.mode.spread
     g_side = (exp.generator.variables + exp.generator_ema.variables +
               exp.g_optimizer.variables())
     d_side = exp.discriminator.variables + exp.d_optimizer.variables()
@@ -148,7 +148,7 @@ def test_split_training_equals_one_device_and_its_checkpoint_and_evaluation_too(
     # The split run's checkpoint restores into an unsplit build: the same weights.
     restored, _ = experiment.restore(str(tmp_path / "split"),
                                      gin_bindings=["model_parallel.placement = 'replica'"])
-    assert not restored.placement.spread
+    assert not restored.mode.spread
     for name, value in _weights(restored).items():
         np.testing.assert_array_equal(value, split[name], err_msg=name)
 
@@ -180,7 +180,7 @@ def test_what_a_split_cannot_run_under_is_refused_by_name(tiny_gin):
         experiment.build(mirrored_2())
     for kind in ("mirrored", "parameter_server", "tpu"):
         with pytest.raises(ConfigError, match=f"only, not {kind!r}"):
-            placement_lib.prepare_devices(placement_lib.ModelParallelConfig(placement="split"),
+            mode_lib.prepare_devices(mode_lib.ModelParallelConfig(placement="split"),
                                           kind)
     gin.clear_config()
     tiny_gin("model_parallel.placement = 'split'", "layout.xla = 'on'")
@@ -188,7 +188,7 @@ def test_what_a_split_cannot_run_under_is_refused_by_name(tiny_gin):
                                           "model_parallel.placement='split'"):
         experiment.build(_one_device())
     with pytest.raises(ConfigError, match="model_parallel.placement='pipe' is unknown"):
-        placement_lib.ModelParallelConfig(placement="pipe")
+        mode_lib.ModelParallelConfig(placement="pipe")
 
 
 def test_balance_gives_contiguous_stages_with_the_smallest_largest_cost():

@@ -128,11 +128,11 @@ def test_what_sharding_cannot_run_under_is_refused_by_name(tiny_gin):
     tiny_gin(SHARD, "G/optimizer.name = 'sgd'")
     with pytest.raises(ConfigError, match="shards Adam's moments; G/optimizer.name='sgd'"):
         experiment.build(_one_device())
-    from paragan_tf.distribute import placement  # pylint: disable=import-outside-toplevel
+    from paragan_tf.distribute import mode  # pylint: disable=import-outside-toplevel
     for kind in ("parameter_server", "tpu"):
         with pytest.raises(ConfigError, match=f"shard_optimizer=True is available under .* "
                                               f"only, not {kind!r}"):
-            placement.prepare_devices(placement.ModelParallelConfig(shard_optimizer=True), kind)
+            mode.prepare_devices(mode.ModelParallelConfig(shard_optimizer=True), kind)
     with pytest.raises(ConfigError, match="shard_optimizer=True is not available with "
                                           "model_parallel.placement='split'"):
-        placement.ModelParallelConfig(shard_optimizer=True, placement="split")
+        mode.ModelParallelConfig(shard_optimizer=True, placement="split")
