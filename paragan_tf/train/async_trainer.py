@@ -19,7 +19,8 @@ included. Only a checkpoint waits for every scheduled round, so it holds an
 exact round.
 
 Rules of the asynchronous run (the synchronous trainer's settings that mean
-nothing here are refused or warned about by name in `check_settings`):
+nothing here are refused (train/combinations.py) or warned about by name in
+`check_settings`):
 - each worker reads its own shuffle of the data, seeded by its worker index
   (data/pipeline.py, per_worker); a resumed run starts fresh shuffles;
 - the EMA generator is updated by the coordinator, once per finished G round, in
@@ -52,9 +53,8 @@ import tensorflow as tf
 
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
-from paragan_tf.errors import ConfigError
-from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import async_closures
+from paragan_tf.train import combinations
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import teardown
@@ -161,37 +161,10 @@ def _describe(exp: experiment_lib.Experiment, start: int) -> None:
 
 
 def check_settings(exp: experiment_lib.Experiment) -> None:
-    """Refuses, or warns about, every setting the asynchronous trainer cannot honour."""
+    """Refuses (train/combinations.py's parameter-server rows), or warns about, every setting
+    the asynchronous trainer cannot honour."""
     cfg, options = exp.settings.train, exp.settings.async_train
-    if options.mode == "sample_buffer" and cfg.accumulation > 1:
-        raise ConfigError(f"train.accumulation={cfg.accumulation} is not available with "
-                          f"async_train.mode='sample_buffer': the buffer holds single "
-                          f"batches; use a larger train.batch_size instead")
-    refused = {
-        "input_pipeline.service_workers": (exp.settings.inputs.service_workers, "every worker "
-                                           "already runs its own input pipeline; set it to 0"),
-        "eval.every_steps": (exp.settings.eval.every_steps, "the coordinator has no "
-                             "replicas to generate on; evaluate beside it with bin/eval.py "
-                             "--watch"),
-        "train.profile_steps": (cfg.profile_steps, "the steps run on the workers, the "
-                                "coordinator would trace only its dispatching; set it to 0"),
-        "train.simultaneous": (cfg.simultaneous, "every asynchronous G closure already reads "
-                               "whichever D the servers hold; set it to False"),
-        "penalties.lecam_weight": (exp.settings.penalties.lecam_weight, "its moving "
-                                   "averages would be read and written by concurrent D "
-                                   "closures; set it to 0"),
-        "augment.ada_target": (exp.augment.config.ada_target
-                               if isinstance(exp.augment, ada_lib.AdaptiveAugment) else None,
-                               "ADA's p and r_t would be read and written by concurrent D "
-                               "closures; use augment.policy (DiffAugment)"),
-        "loss.fn": ("@relativistic" if getattr(exp.loss_fn, "pairs_real", False) else None,
-                    "a G closure has no real batch to pair its images with; use @hinge or "
-                    "@non_saturating"),
-    }
-    for name, (value, why) in refused.items():
-        if value:
-            raise ConfigError(f"{name}={value!r} is not available under "
-                              f"strategy.kind='parameter_server': {why}")
+    combinations.refuse(exp.settings, "parameter_server", exp.loss_fn)
     train_default = config_lib.defaults(config_lib.TrainConfig)
     ignored = {
         "train.steps_per_loop": (cfg.steps_per_loop, train_default["steps_per_loop"],

@@ -22,7 +22,7 @@ from absl import logging
 import tensorflow as tf
 
 from paragan_tf.data import class_list
-from paragan_tf.errors import ConfigError, ParameterServerLost
+from paragan_tf.errors import ParameterServerLost
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.generate import sampling
 from paragan_tf.train import async_trainer
@@ -77,10 +77,6 @@ def assemble(exp: experiment_lib.Experiment, model_dir: str,
     checkpoint restored); running it trains."""
     cfg = exp.settings.train
     multi_worker = isinstance(exp.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    if multi_worker and cfg.max_minutes:
-        raise ConfigError(f"train.max_minutes={cfg.max_minutes} is not available under "
-                          f"strategy.kind='multi_worker_mirrored': each worker's clock "
-                          f"would pick its own last step; use train.total_steps")
     is_chief = trainer.is_chief
     tf.io.gfile.makedirs(model_dir)
     logging.info("%s", class_list.describe(exp.source.class_names))

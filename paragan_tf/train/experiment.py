@@ -46,6 +46,7 @@ from paragan_tf.objective import losses
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.train import bookkeeping as bookkeeping_lib
 from paragan_tf.train import checkpoints
+from paragan_tf.train import combinations
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import ema as ema_lib
 from paragan_tf.train import model_dir as model_dir_lib
@@ -188,12 +189,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
-    if config.recompute and isinstance(strategy,
-                                       tf.distribute.experimental.ParameterServerStrategy):
-        # Rematerialisation re-reads the variables in the backward pass; on parameter
-        # servers that is a second round trip per block, and it is untested there.
-        raise ConfigError("train.recompute=True is not supported under "
-                          "strategy.kind='parameter_server'; use a synchronous strategy")
+    combinations.refuse(settings, strategy_lib.kind_of(strategy), loss_fn)
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy, measured=measured,
                                xla_blocked=mode.xla_blocker())
     layout_lib.apply(layout)
