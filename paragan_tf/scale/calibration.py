@@ -23,7 +23,7 @@ from typing import Dict
 
 
 @dataclasses.dataclass(frozen=True)
-class Measured:
+class Constant:
     """One measured (or fitted) constant and its provenance."""
 
     value: float
@@ -36,8 +36,8 @@ class Measured:
 ZEN4 = ("AMD EPYC Zen 4 (family 25 model 17, KVM guest), 2 physical cores at 3.66 GHz, "
         "AVX-512 with AVX512-BF16, no AMX; TensorFlow 2.21 with oneDNN")
 
-TABLE: Dict[str, Measured] = {
-    "input_images_per_core": Measured(
+TABLE: Dict[str, Constant] = {
+    "input_images_per_core": Constant(
         500.0,
         "images/s one CPU core decodes (a 427 x 640 JPEG) and resizes to 128 px, one "
         "thread in tf.data: the scale plan's input rate per host core (scale/devices.py "
@@ -45,7 +45,7 @@ TABLE: Dict[str, Measured] = {
         ZEN4, "2026-11-26 (commit 3a33e76; its printout was not kept); re-run on a machine of "
         "this description 2026-11-27 02:47 UTC under a load of 2.5: 480",
         ".venv/bin/python benchmarks/probes/jpeg_decode_rate.py"),
-    "runtime_factor": Measured(
+    "runtime_factor": Constant(
         1.4,
         "peak bytes of a train step beyond the fixed state over the replayed live bytes "
         "of its traced graph (scale/memory.py): 1.17-1.54x at 128-512 px, batch 1-2, "
@@ -53,7 +53,7 @@ TABLE: Dict[str, Measured] = {
         "next update's ops started early. A CPU figure: GPU and TPU runtimes differ",
         ZEN4, "2026-11-23 (commit 542bb6e; the run's JSON was not kept)",
         "bin/bench.py --suite=memory (the allocator's peak beside the estimate)"),
-    "efficiency_gpu_float32": Measured(
+    "efficiency_gpu_float32": Constant(
         0.64,
         "fraction of the datasheet float32 peak a BigGAN train step reaches on a GPU; "
         "also used, unmeasured, for GPUs at mixed_bfloat16 and mixed_float16",
@@ -62,7 +62,7 @@ TABLE: Dict[str, Measured] = {
         "fitted by plan.calibrate to ajbrock/BigGAN-PyTorch at 98459431, README.md line "
         "28: 15 days to 150k iterations of 256 x 8 images (8.64 s/iteration); again with "
         ".venv/bin/python -m pytest -s tests/scale/test_plan.py -k calibration_points"),
-    "efficiency_tpu_bfloat16": Measured(
+    "efficiency_tpu_bfloat16": Constant(
         0.037,
         "fraction of the datasheet bfloat16 peak a BigGAN train step reaches on a TPU "
         "(at 2 images per core); also used for TPUs at float32 (the MXU runs it in "
