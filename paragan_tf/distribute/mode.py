@@ -71,6 +71,9 @@ from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 
 PLACEMENTS = ("replica", "split")
+# What lives with G and what with D when a replica spans devices (Mode.variables_of).
+G_SIDE = ("generator", "generator_ema", "g_optimizer")
+D_SIDE = ("discriminator", "d_optimizer")
 
 
 @gin.configurable("model_parallel")
@@ -163,13 +166,13 @@ class Mode:
         """Scope for D's ops outside its blocks (a no-op without a placement)."""
         return tf.device(self.d_device) if self.spread else contextlib.nullcontext()
 
-    def g_variables(self):
-        """Scope (inside strategy.scope()) creating variables on G's first device."""
-        return staging.variables_on(self.g_device)
-
-    def d_variables(self):
-        """Scope (inside strategy.scope()) creating variables on D's first device."""
-        return staging.variables_on(self.d_device)
+    def variables_of(self, owner: str):
+        """Scope (inside strategy.scope()) creating the variables of `owner` ('generator',
+        'generator_ema', 'discriminator', or an optimizer: 'g_optimizer', 'd_optimizer')
+        where this mode keeps them: G's side on G's first device, D's on D's."""
+        if owner not in G_SIDE + D_SIDE:
+            raise ValueError(f"{owner!r} is none of {G_SIDE + D_SIDE}")
+        return staging.variables_on(self.g_device if owner in G_SIDE else self.d_device)
 
     def place_blocks(self, generator, discriminator, generator_ema, batch: int) -> None:
         """Assigns each network's blocks to its stages, balanced by their estimated bytes

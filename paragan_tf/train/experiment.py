@@ -200,26 +200,28 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                  channel_multiple=layout.channel_multiple,
                  **({} if settings.model.init is None else dict(init=settings.model.init)))
     with strategy.scope():
-        with mode.g_variables():
+        with mode.variables_of("generator"):
             generator = biggan.Generator(out_channels=source.channels,
                                          recompute=config.recompute, **shape)
+        with mode.variables_of("generator_ema"):
             generator_ema = biggan.Generator(out_channels=source.channels,
                                              name="generator_ema", **shape)
-        with mode.d_variables():
+        with mode.variables_of("discriminator"):
             discriminator = biggan.Discriminator(recompute=config.recompute, **shape)
         mode.place_blocks(generator, discriminator, generator_ema,
-                               config.batch_size // strategy.num_replicas_in_sync)
-        # Keras makes a model's variables at its first call: each under its placement.
-        with mode.g_variables():
+                          config.batch_size // strategy.num_replicas_in_sync)
+        # Keras makes a model's variables at its first call: each where the mode keeps it.
+        with mode.variables_of("generator"):
             biggan.build_generator(generator)
+        with mode.variables_of("generator_ema"):
             biggan.build_generator(generator_ema)
-        with mode.d_variables():
+        with mode.variables_of("discriminator"):
             biggan.build_discriminator(discriminator, data.resolution, source.channels)
         g_optimizer, d_optimizer = optimizers.make_optimizers(
             config.batch_size * config.accumulation, mode=mode)
-        with mode.g_variables():
+        with mode.variables_of("g_optimizer"):
             g_optimizer.build(generator.trainable_variables)
-        with mode.d_variables():
+        with mode.variables_of("d_optimizer"):
             d_optimizer.build(discriminator.trainable_variables)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         health = bookkeeping_lib.Health(
