@@ -166,13 +166,21 @@ class Mode:
         """Scope for D's ops outside its blocks (a no-op without a placement)."""
         return tf.device(self.d_device) if self.spread else contextlib.nullcontext()
 
-    def variables_of(self, owner: str):
-        """Scope (inside strategy.scope()) creating the variables of `owner` ('generator',
+    def side_of(self, owner: str) -> str:
+        """'G' or 'D': the side whose device(s) keep the variables of `owner` ('generator',
         'generator_ema', 'discriminator', or an optimizer: 'g_optimizer', 'd_optimizer')
-        where this mode keeps them: G's side on G's first device, D's on D's."""
-        if owner not in G_SIDE + D_SIDE:
-            raise ValueError(f"{owner!r} is none of {G_SIDE + D_SIDE}")
-        return staging.variables_on(self.g_device if owner in G_SIDE else self.d_device)
+        when a replica spans devices (the memory plan's sides, scale/memory.py, too)."""
+        if owner in G_SIDE:
+            return "G"
+        if owner in D_SIDE:
+            return "D"
+        raise ValueError(f"{owner!r} is none of {G_SIDE + D_SIDE}")
+
+    def variables_of(self, owner: str):
+        """Scope (inside strategy.scope()) creating the variables of `owner` where this
+        mode keeps them: on its side's first device."""
+        return staging.variables_on(self.g_device if self.side_of(owner) == "G"
+                                    else self.d_device)
 
     def place_blocks(self, generator, discriminator, generator_ema, batch: int) -> None:
         """Assigns each network's blocks to its stages, balanced by their estimated bytes
@@ -180,8 +188,10 @@ class Mode:
         if len(self.g_devices) < 2:
             return
         stages = len(self.g_devices)
-        for model, devices in ((generator, self.g_devices), (generator_ema, self.g_devices),
-                               (discriminator, self.d_devices)):
+        devices_of = {"G": self.g_devices, "D": self.d_devices}
+        for model, devices in ((generator, devices_of[self.side_of("generator")]),
+                               (generator_ema, devices_of[self.side_of("generator_ema")]),
+                               (discriminator, devices_of[self.side_of("discriminator")])):
             if len(model.blocks) < stages:
                 raise ConfigError(f"model_parallel.stages={stages}, but {model.name} has "
                                   f"{len(model.blocks)} residual blocks at this resolution")

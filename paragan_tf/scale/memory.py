@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.scale import calibration
 
@@ -301,23 +302,28 @@ class Plan:
 
 
 def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer,
-         accumulation: int = 1) -> Plan:
+         accumulation: int = 1, side_of: Callable[[str], str] = mode_lib.Mode().side_of
+         ) -> Plan:
     """The memory plan of built models and optimizers (traces four updates; runs nothing).
 
     Its `sides` are the plans of G's and D's devices when the two are split
-    (model_parallel.placement='split'): G's device holds G, EMA G, G's optimizer state
-    and G's side of both updates, D's device the rest.
+    (model_parallel.placement='split'): each holds the variables the mode's `side_of`
+    gives it (G's: G, EMA G and G's optimizer state) and its network's side of both
+    updates.
     """
     kept = _update_activations(generator, discriminator, False)
     recomputed = _update_activations(generator, discriminator, True)
     g_grads = variable_bytes(generator.trainable_variables)
     d_grads = variable_bytes(discriminator.trainable_variables)
-    g_state = (variable_bytes(generator.variables), variable_bytes(g_optimizer.variables()),
-               variable_bytes(generator_ema.variables))
-    d_state = (variable_bytes(discriminator.variables), variable_bytes(d_optimizer.variables()),
-               0)
-    state = {None: tuple(g + d for g, d in zip(g_state, d_state)), "G": g_state,
-             "D": d_state}
+    # Per side: (parameter, optimizer, EMA) bytes.
+    state = {"G": [0, 0, 0], "D": [0, 0, 0]}
+    for owner, kind, variables in (
+            ("generator", 0, generator.variables), ("discriminator", 0, discriminator.variables),
+            ("g_optimizer", 1, g_optimizer.variables()),
+            ("d_optimizer", 1, d_optimizer.variables()),
+            ("generator_ema", 2, generator_ema.variables)):
+        state[side_of(owner)][kind] += variable_bytes(variables)
+    state[None] = [g + d for g, d in zip(state["G"], state["D"])]
     gradients = {None: {"d_update": d_grads, "g_update": g_grads},
                  "G": {"d_update": 0, "g_update": g_grads},
                  "D": {"d_update": d_grads, "g_update": 0}}

@@ -35,7 +35,8 @@ def bytes_by_device(exp: experiment_lib.Experiment) -> Dict[str, int]:
 def memory_of(exp: experiment_lib.Experiment) -> memory_lib.Plan:
     """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
-                           exp.g_optimizer, exp.d_optimizer, exp.settings.train.accumulation)
+                           exp.g_optimizer, exp.d_optimizer, exp.settings.train.accumulation,
+                           side_of=exp.mode.side_of)
 
 
 def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = None,
