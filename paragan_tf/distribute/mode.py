@@ -71,7 +71,7 @@ from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 
 PLACEMENTS = ("replica", "split")
-# What lives with G and what with D when a replica spans devices (Mode.variables_of).
+# What lives with G and what with D when a replica spans devices (Mode.side_of).
 G_SIDE = ("generator", "generator_ema", "g_optimizer")
 D_SIDE = ("discriminator", "d_optimizer")
 
