@@ -86,6 +86,8 @@ def plan_model(precisions: Sequence[str],
     once per precision in `precisions` on this host (nothing trains), their memory
     plans and FLOP counts (scale/plan.py)."""
     configured = configured_precision()
+    settings = experiment_lib.Settings.read()  # the weights' values do not matter here
+    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model, init="N02"))
     memory, exp = {}, None
     for precision in precisions:
         with gin.unlock_config():
@@ -95,9 +97,6 @@ def plan_model(precisions: Sequence[str],
         # Keras models hold reference cycles that only the collector frees.
         exp = None
         gc.collect()
-        settings = experiment_lib.Settings.read()  # the weights' values do not matter here
-        settings = dataclasses.replace(settings,
-                                       model=dataclasses.replace(settings.model, init="N02"))
         exp = experiment_lib.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
                                    check_data=False, settings=settings)
         progress(f"tracing the memory plan at {precision}")
