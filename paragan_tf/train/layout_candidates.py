@@ -38,6 +38,20 @@ class Candidate:
         parts.append(self.precision)
         return ",".join(parts)
 
+    @classmethod
+    def from_cache(cls, choice: object) -> "Candidate":
+        """A cache entry's choice, checked field by field: ValueError when it is not one
+        this module wrote (a hand-edited or foreign file must not steer a run)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(choice, dict) or set(choice) != fields:
+            raise ValueError(f"its choice is not one of {sorted(fields)}: {choice!r}")
+        threads = [choice["intra_op_threads"], choice["inter_op_threads"]]
+        if not (isinstance(choice["xla"], bool) and choice["onednn"] in (None, True, False)
+                and all(type(n) is int and n >= 0 for n in threads)  # pylint: disable=unidiomatic-typecheck
+                and choice["precision"] in layout_lib.PRECISIONS[1:]):
+            raise ValueError(f"its choice has a value of the wrong kind: {choice!r}")
+        return cls(**choice)
+
     def environment(self) -> Dict[str, str]:
         env = {}
         if self.onednn is not None:

@@ -16,8 +16,10 @@ a stage that would not fit is skipped, and the log says so. One line per candida
 and one for the choice go to the log.
 
 The result is kept in a readable JSON cache (paragan_tf/layout_cache.py), keyed by
-the hardware signature, TensorFlow's version and the step's shape; `layout.tune='auto'` measures only when the key has
-no entry, 'again' re-measures, 'off' uses the cache or the rules.
+the hardware signature, TensorFlow's version, the step's shape and what the run pinned
+(`pinned`); `layout.tune='auto'` measures only when the key has no entry, 'again'
+re-measures, 'off' uses the cache or the rules. One run measures at a time per cache; a
+cache that cannot be read or written costs a warning line, never the run.
 
 Tuning runs for one-process strategies only: every worker of a multi-worker job
 would measure alone and might choose differently. Those use the cache entry of the
@@ -72,16 +74,43 @@ def step_shape(settings, precision: str) -> Dict[str, object]:
                 augment=bool(settings.augment.transforms or settings.augment.ada_target))
 
 
-def cache_key(hardware: layout_lib.Hardware, shape: Dict[str, object]) -> Tuple[str, dict]:
+def pinned(pins: Dict[str, object], strategy) -> Dict[str, object]:
+    """What the user fixed of what tuning would otherwise try (layout.xla, .onednn and
+    .precision, the strategy's thread counts, the environment's oneDNN and threads): it
+    joins the cache key, so that a pinned run's winner, chosen among fewer candidates, is
+    never read by a run that pinned less (or other things)."""
+    out: Dict[str, object] = {name: pins[name] for name in ("xla", "onednn", "precision")
+                              if pins.get(name, "auto") != "auto"}
+    out.update(layout_env.environment_pins())
+    for name in ("intra_op_threads", "inter_op_threads"):
+        if getattr(strategy, name):
+            out[f"strategy.{name}"] = getattr(strategy, name)
+    return out
+
+
+def cache_key(hardware: layout_lib.Hardware, shape: Dict[str, object],
+              pins: Dict[str, object]) -> Tuple[str, dict]:
     """(key, the readable facts it hashes)."""
-    facts = dict(hardware=hardware.signature(), tensorflow=tf.__version__, step=shape)
+    facts = dict(schema=layout_cache.SCHEMA, hardware=hardware.signature(),
+                 tensorflow=tf.__version__, step=shape, pins=pins)
     text = json.dumps(facts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16], facts
 
 
-def cached(key: str) -> Optional[dict]:
-    with layout_cache.locked() as entries:
-        return entries.get(key)
+def cached(key: str) -> Optional[Tuple[layout_candidates.Candidate, dict]]:
+    """(the choice, the entry) cached under `key`; None when there is none, or (after one
+    warning line) when the entry is not one this module wrote."""
+    entry = layout_cache.read(key)
+    if entry is None:
+        return None
+    try:
+        if not isinstance(entry, dict):
+            raise ValueError(f"it is a JSON {type(entry).__name__}")
+        return layout_candidates.Candidate.from_cache(entry.get("choice")), entry
+    except ValueError as e:
+        layout_cache.warn_once(f"layout cache {layout_cache.path()}: the entry {key} is "
+                               f"malformed ({e}): measuring anew")
+        return None
 
 
 class _Probe:
@@ -270,16 +299,15 @@ def settle(settings, allow_measuring: bool = True,
     pins = layout_lib.configured()
     hardware = layout_lib.detect()  # physical devices only: TensorFlow stays uninitialised
     precision = layout_lib.run_precision(hardware, pins.get("precision", "auto"))
-    key, facts = cache_key(hardware, step_shape(settings, precision))
+    key, facts = cache_key(hardware, step_shape(settings, precision),
+                           pinned(pins, settings.strategy))
     mode = pins.get("tune", "auto")
     if os.environ.get(TUNE_ENV) == "off":
         mode = "off" if mode != "again" else mode
-    entry = cached(key)
-    if entry and mode != "again":
-        chosen = layout_candidates.Candidate(**entry["choice"])
-        progress(f"layout: {chosen.name} from the cache {layout_cache.path()} (key {key}, "
-                 f"measured {entry['date']})")
-        return chosen.measured("cache", entry.get("seconds_per_step"), precision)
+    if mode != "again":
+        found = _from_cache(key, precision, progress)
+        if found:
+            return found
     why_not = ("a dry run measures nothing" if not allow_measuring else
                "layout.tune='off'" if pins.get("tune") == "off" else
                f"{TUNE_ENV}=off" if mode == "off" else
@@ -288,19 +316,38 @@ def settle(settings, allow_measuring: bool = True,
         progress(f"layout: no measurement of this step on this machine (key {key}); the "
                  f"rules decide ({why_not})")
         return None
-    winner, record = tune(settings, hardware, pins, precision,
-                          float(pins.get("tune_seconds", 90.0)), progress=progress)
-    rows = [r for stage in record["stages"] for r in stage]
-    seconds = next((r["seconds_per_step"] for r in rows
-                    if layout_candidates.Candidate(**r["candidate"]) == winner), None)
-    flops = next((r["train_step_flops"] for r in rows if r.get("train_step_flops")), None)
+    with layout_cache.measuring(progress):
+        # A first run of this step elsewhere may have measured it while this one waited.
+        found = _from_cache(key, precision, progress) if mode != "again" else None
+        if found:
+            return found
+        winner, record = tune(settings, hardware, pins, precision,
+                              float(pins.get("tune_seconds", 90.0)), progress=progress)
+        rows = [r for stage in record["stages"] for r in stage]
+        seconds = next((r["seconds_per_step"] for r in rows
+                        if layout_candidates.Candidate(**r["candidate"]) == winner), None)
+        flops = next((r["train_step_flops"] for r in rows if r.get("train_step_flops")), None)
+        unwritten = layout_cache.write(key, dict(
+            facts, choice=dataclasses.asdict(winner), seconds_per_step=seconds,
+            train_step_flops=flops, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            record=record))
     progress(f"layout tuning chose {winner.name} ({seconds or float('nan'):.3f} s/step) in "
-             f"{record['seconds']:.0f} s; cached in {layout_cache.path()} (key {key})")
-    with layout_cache.locked() as entries:
-        entries[key] = dict(facts, choice=dataclasses.asdict(winner), seconds_per_step=seconds,
-                            train_step_flops=flops,
-                            date=time.strftime("%Y-%m-%d %H:%M:%S %Z"), record=record)
+             f"{record['seconds']:.0f} s; " + ("not cached" if unwritten else
+                                               f"cached in {layout_cache.path()} (key {key})"))
     return winner.measured("measured", seconds, precision)
+
+
+def _from_cache(key: str, precision: str, progress: Callable[[str], None]
+                ) -> Optional[layout_lib.Measured]:
+    found = cached(key)
+    if not found:
+        return None
+    chosen, entry = found
+    progress(f"layout: {chosen.name} from the cache {layout_cache.path()} (key {key}, "
+             f"measured {entry.get('date', 'at an unrecorded date')})")
+    seconds = entry.get("seconds_per_step")
+    return chosen.measured("cache", seconds if isinstance(seconds, (int, float)) else None,
+                           precision)
 
 
 def restart_environment(settings, measured: Optional[layout_lib.Measured]

@@ -79,11 +79,12 @@ def test_dry_run_prints_the_reference_cifar10_counts(tmp_path, monkeypatch):
     # This machine's step measured once (a layout cache entry, as the tuner writes it):
     # the plan of this_cpu reads its efficiency from there, and says when there is none.
     from paragan_tf import layout as layout_lib  # pylint: disable=import-outside-toplevel
+    from paragan_tf import layout_cache  # pylint: disable=import-outside-toplevel
     cache = tmp_path / "layouts.json"
     signature = layout_lib.detect().signature()
     precision = "mixed_bfloat16" if layout_lib.detect().bf16_unit else "float32"
     cache.write_text(json.dumps({"k": dict(
-        hardware=signature, step=dict(precision=precision, resolution=32, batch_size=32),
+        schema=layout_cache.SCHEMA, hardware=signature, step=dict(precision=precision, resolution=32, batch_size=32),
         choice=dict(precision=precision), seconds_per_step=0.5, train_step_flops=2.0e10,
         date="2026-11-27 00:00:00 UTC")}))
     # Without an entry the plan says so: the dry run's own steps (bin/train.py's _main),

@@ -7,11 +7,13 @@ import dataclasses
 import json
 import os
 import re
+import threading
 import types
 
 import pytest
 
 from paragan_tf import layout as layout_lib
+from paragan_tf import layout_cache
 from paragan_tf import layout_env
 from paragan_tf.train import experiment
 from paragan_tf.train import layout_candidates
@@ -180,6 +182,139 @@ def test_settle_measures_once_then_uses_the_cache_keyed_by_step_and_machine(
              "strategy.kind = 'multi_worker_mirrored'")
     assert layout_tuning.settle(experiment.Settings.read(), progress=lines.append) is None
     assert "multi-process job" in lines[-1]
+
+
+@pytest.fixture
+def settle_here(no_env_pins, monkeypatch, tiny_gin, tmp_path):
+    """settle() on this AVX2 CPU with injected timings, its cache in tmp_path: a function of
+    extra bindings returning (the Measured, the lines it logged); `.calls`, each stage
+    measure() was asked to time."""
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "layouts.json"))
+    monkeypatch.delenv(layout_tuning.TUNE_ENV, raising=False)
+    monkeypatch.setattr(layout_lib, "detect", lambda strategy=None: CPU_AVX2)
+    calls = []
+    monkeypatch.setattr(layout_tuning, "measure", _fake_measure(_seconds, calls))
+
+    def settle(*bindings, progress=None):
+        tiny_gin("layout.xla = 'auto'", "layout.precision = 'auto'", *bindings)
+        lines = []
+        measured = layout_tuning.settle(experiment.Settings.read(),
+                                         progress=progress or lines.append)
+        return measured, lines
+    settle.calls = calls
+    return settle
+
+
+def test_a_pinned_runs_choice_is_never_read_by_a_run_that_pinned_less(settle_here,
+                                                                     monkeypatch, tmp_path):
+    """A pin narrows the candidates, so it joins the key: the unpinned run after a pinned
+    one measures, and each reads its own entry afterwards."""
+    pinned, _ = settle_here("layout.onednn = 'off'")
+    assert pinned.source == "measured" and pinned.onednn is False
+    assert {c.onednn for stage in settle_here.calls for c in stage} == {False}
+    unpinned, _ = settle_here()
+    assert unpinned.source == "measured" and unpinned.onednn is True  # the faster, timed
+    for bindings in (("layout.onednn = 'off'",), ()):
+        assert settle_here(*bindings)[0].source == "cache"
+    # The strategy's and the environment's pins are pins too.
+    assert settle_here("strategy.intra_op_threads = 1")[0].source == "measured"
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    assert settle_here()[0].source == "measured"
+    assert len(settle_here.calls) == 2 + 2 + 1 + 2  # pinned threads: no second stage
+    entries = json.load(open(tmp_path / "layouts.json")).values()
+    assert sorted(json.dumps(e["pins"], sort_keys=True) for e in entries) == [
+        '{"TF_ENABLE_ONEDNN_OPTS": "0"}', '{"onednn": "off"}',
+        '{"strategy.intra_op_threads": 1}', "{}"]
+    assert {e["schema"] for e in entries} == {layout_cache.SCHEMA}
+
+
+def _warnings(caplog) -> list:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+@pytest.mark.parametrize("content,warning", [
+    ("[]", "holds a JSON list, not an object of entries"),
+    ("{\"k\": ", "unreadable (Expecting value"),
+])
+def test_a_malformed_cache_file_is_one_warning_and_the_run_measures_and_writes_it_anew(
+        settle_here, caplog, tmp_path, content, warning):
+    cache = tmp_path / "layouts.json"
+    cache.write_text(content)
+    measured, _ = settle_here()
+    assert measured.source == "measured"
+    [line] = _warnings(caplog)
+    assert warning in line and str(cache) in line
+    assert len(json.load(open(cache))) == 1  # this run's entry, in a file of ours again
+    assert (tmp_path / "layouts.json.unreadable").read_text() == content  # kept, not lost
+    assert settle_here()[0].source == "cache"
+
+
+def test_a_malformed_entry_is_one_warning_and_is_measured_anew(settle_here, caplog, tmp_path):
+    settle_here()
+    cache = tmp_path / "layouts.json"
+    entries = json.load(open(cache))
+    (key, entry), = entries.items()
+    for broken in (dict(entry, choice=dict(entry["choice"], xla="yes")),
+                   dict(entry, choice=["xla"]), "an entry"):
+        caplog.clear()
+        cache.write_text(json.dumps({key: broken, "other": dict(entry, schema=1)}))
+        assert settle_here()[0].source == "measured"
+        [line] = _warnings(caplog)
+        assert f"the entry {key} is malformed" in line, line
+        assert json.load(open(cache))[key]["choice"] == entry["choice"]
+    # The scale plan reads entries of this schema only, and skips what is not one.
+    cache.write_text(json.dumps({key: entry, "old": dict(entry, schema=1), "bad": [1]}))
+    assert layout_cache.entries_for(CPU_AVX2.signature()) == [entry]
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "a_folder"])
+def test_a_cache_that_cannot_be_written_is_one_warning_and_the_run_goes_on(
+        settle_here, caplog, monkeypatch, tmp_path, where):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "folder").mkdir()
+    path = tmp_path / "file" / "layouts.json" if where == "under_a_file" else tmp_path / "folder"
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(path))
+    measured, lines = settle_here()
+    assert measured.source == "measured" and measured.onednn is True
+    assert "not cached" in lines[-1]
+    [line] = _warnings(caplog)
+    assert "not written" in line and "holds for this run only" in line
+    assert (tmp_path / "folder").is_dir() and (tmp_path / "file").read_text() == ""
+
+
+def test_first_runs_of_one_step_measure_one_at_a_time(settle_here, monkeypatch, tmp_path):
+    """While another process measures (here: a thread holding the measuring lock), a run
+    with no entry waits, then takes the entry the other wrote instead of measuring."""
+    settle_here()
+    (key, entry), = json.load(open(tmp_path / "layouts.json")).items()
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "second.json"))
+    held, waiting, calls = threading.Event(), threading.Event(), len(settle_here.calls)
+
+    def other():
+        with layout_cache.measuring(lambda line: None):
+            held.set()
+            assert waiting.wait(60)
+            layout_cache.write(key, entry)
+    thread = threading.Thread(target=other)
+    read = layout_cache.read
+
+    def first_read(key):  # settle's first look finds no entry; then the other measures
+        entry = read(key)
+        if thread.ident is None:
+            thread.start()
+            assert held.wait(60)
+        return entry
+    monkeypatch.setattr(layout_cache, "read", first_read)
+    lines = []
+
+    def progress(line):
+        lines.append(line)
+        if line.startswith("layout: waiting for"):
+            waiting.set()
+    measured, _ = settle_here(progress=progress)
+    thread.join()
+    assert measured.source == "cache" and len(settle_here.calls) == calls, lines
+    assert any("which is measuring a layout on this machine" in line for line in lines)
 
 
 @pytest.mark.slow
