@@ -5,15 +5,20 @@ on x86 CPUs, TensorFlow's thread counts) is chosen by timing the experiment's ow
 training step under each candidate, never from a table. oneDNN and the thread
 counts must be set before TensorFlow loads, so every candidate is a child process
 (train/layout_probe.py) that builds the run, compiles and warms up its step, then
-times steps when asked: the parent asks A B C D, A B C D, ... (interleaved rounds,
-so a noisy neighbour hits every candidate alike) and takes each candidate's median.
+times steps when asked. Children start as many at a time as there are cores, the rules'
+candidate first; each times one step alone once its group is ready, and one over twice
+the best so far is dropped then (`measure`). The survivors are asked A B C, A B C, ...
+(interleaved rounds, so a noisy neighbour hits every candidate alike), each candidate's
+median counting.
 
 Two stages (their candidates: train/layout_candidates.py): first XLA x oneDNN at
 TensorFlow's thread counts; then the winner against itself with one inter-op thread,
 and against float32 where the rule picked bfloat16 (the rule stands unless bfloat16
-is timed slower). The whole tuning keeps to `layout.tune_seconds` (90 s by default):
-a stage that would not fit is skipped, and the log says so. One line per candidate
-and one for the choice go to the log.
+is timed slower). The whole tuning keeps to `layout.tune_seconds` (90 s by default),
+counted from the first child's start: what would not fit is not started, a child not
+ready by then is stopped (only the rules' candidate may overrun, so that something is
+measured), and the log says so. One line per candidate and one for the choice go to
+the log.
 
 The result is kept in a readable JSON cache (paragan_tf/layout_cache.py), keyed by
 the hardware signature, TensorFlow's version, the step's shape and what the run pinned
@@ -54,6 +59,7 @@ from paragan_tf.train import layout_candidates
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
 TUNE_ENV = "PARAGAN_TF_LAYOUT_TUNE"  # "off": never measure (test suites set it)
 MEASURE_SECONDS = 1.5  # the length of one timing of one candidate
+DROP_OVER = 2.0  # a candidate whose first step is this much slower than the best is dropped
 STARTUP_TIMEOUT = 900  # seconds for a child to build and compile its step
 
 
@@ -164,61 +170,131 @@ class _Probe:
 
 
 def measure(stage: Sequence[layout_candidates.Candidate], config_file: str, rounds: int,
-            deadline: float, progress: Callable[[str], None]) -> List[dict]:
+            deadline: float, progress: Callable[[str], None], at_once: int = 1,
+            drop_over: Optional[float] = DROP_OVER, first_may_overrun: bool = True
+            ) -> List[dict]:
     """Each candidate's step seconds over interleaved rounds (as many as `deadline` allows,
-    at least one, at most `rounds`): a row per candidate."""
-    probes = [_Probe(c, config_file, count_flops=i == 0) for i, c in enumerate(stage)]
-    rows = []
+    at most `rounds`; where none fits, its one timed step): a row per candidate.
+
+    Children start `at_once` at a time (their start-up, mostly tracing in one thread, fills
+    a core each), in `stage`'s order: the first is the one to beat. Once a group is ready,
+    each of its candidates times one step alone; one slower than `drop_over` x the fastest
+    so far is dropped at once (None: none is). A group that would start after `deadline`,
+    judged by the first group's start-up, is not started, and a child not ready by then is
+    stopped; only the first candidate may overrun (`first_may_overrun`), so that there is
+    a measured choice at all. Idle children wait on their input and use no CPU.
+    """
+    rows: Dict[str, dict] = {}
+    live: List[_Probe] = []
+    begun: List[_Probe] = []
+    warm: Dict[str, float] = {}
+    first_startup: Optional[float] = None
+    # Starting children and their first steps stop this early: one round of timings keeps
+    # the rest of the budget.
+    starts_by = deadline - len(stage) * MEASURE_SECONDS
+
+    def row(candidate, error=None, startup=None, probe=None):
+        rows[candidate.name] = dict(
+            candidate=dataclasses.asdict(candidate), name=candidate.name,
+            seconds_per_step=None, rounds=[], steps_per_timing=None,
+            startup_seconds=None if startup is None else round(startup, 1),
+            train_step_flops=(probe.ready or {}).get("train_step_flops") if probe else None,
+            error=error)
+
     try:
-        started = time.monotonic()
-        for probe in probes:
-            probe.ready = probe.read()
-            if "error" in probe.ready:
-                progress(f"layout candidate {probe.candidate.name}: failed "
-                         f"({probe.ready['error']}); not chosen")
-        live = [p for p in probes if "error" not in p.ready]
+        for begin in range(0, len(stage), max(1, at_once)):
+            group = stage[begin:begin + max(1, at_once)]
+            if first_startup is not None and time.monotonic() + _cost(
+                    first_startup, len(group)) > starts_by:
+                progress("layout tuning: not timed within the time budget: "
+                         + ", ".join(c.name for c in stage[begin:])
+                         + f" (a start-up took {first_startup:.0f} s)")
+                for candidate in stage[begin:]:
+                    row(candidate, error="not timed: the time budget")
+                break
+            started = time.monotonic()
+            probes = [_Probe(c, config_file, count_flops=begin + i == 0)
+                      for i, c in enumerate(group)]
+            begun += probes
+            for i, probe in enumerate(probes):
+                may_overrun = first_may_overrun and begin + i == 0
+                timeout = STARTUP_TIMEOUT if may_overrun else max(0.0, starts_by -
+                                                                 time.monotonic())
+                probe.ready = probe.read(timeout)
+                startup = time.monotonic() - started
+                if "error" in probe.ready:
+                    error = ("not ready within the time budget" if "no answer" in
+                             probe.ready["error"] and not may_overrun else probe.ready["error"])
+                    progress(f"layout candidate {probe.candidate.name}: failed ({error}); "
+                             f"not chosen")
+                    row(probe.candidate, error=error, startup=startup, probe=probe)
+                    probe.close()
+                    continue
+                row(probe.candidate, startup=startup, probe=probe)
+            first_startup = first_startup or time.monotonic() - started
+            # One step timed alone (the group's warm-ups overlapped), uncounted: the
+            # candidate's pace, and whether it is worth timing at all.
+            for i, probe in enumerate(probes):
+                name = probe.candidate.name
+                if rows[name]["error"]:
+                    continue
+                may_overrun = first_may_overrun and begin + i == 0
+                answer = probe.time_steps(1, timeout=STARTUP_TIMEOUT if may_overrun else
+                                          max(0.0, starts_by - time.monotonic()))
+                seconds = answer.get("seconds")
+                best = min(warm.values(), default=None)
+                if seconds is None:
+                    rows[name]["error"] = ("not timed within the time budget" if not
+                                           may_overrun and "no answer" in answer.get(
+                                               "error", "") else answer.get("error"))
+                elif drop_over and best and seconds > drop_over * best:
+                    rows[name]["error"] = (f"dropped: its first step took {seconds:.3f} s, "
+                                           f"over {drop_over:g}x the fastest so far "
+                                           f"({best:.3f} s)")
+                    rows[name]["rounds"] = [seconds]
+                else:
+                    warm[name] = max(seconds, 1e-3)
+                    live.append(probe)
+                    continue
+                progress(f"layout candidate {name}: {rows[name]['error']}; not chosen")
+                probe.close()
         if not live:
-            raise ConfigError("layout tuning: every candidate failed to build its step: "
-                              + "; ".join(p.ready["error"] for p in probes))
-        startup = time.monotonic() - started
-        # Each candidate times ~MEASURE_SECONDS of steps: its own count, from one step timed
-        # now that the others have stopped starting up (their warm-ups overlapped), uncounted.
-        warm = {}
-        for probe in live:
-            answer = probe.time_steps(1, timeout=STARTUP_TIMEOUT)
-            warm[probe.candidate.name] = max(answer.get("seconds") or
-                                             min(probe.ready["warmup_seconds"]), 1e-3)
+            raise ConfigError("layout tuning: no candidate built and timed its step: " +
+                              "; ".join(f"{r['name']}: {r['error']}" for r in rows.values()))
+        # Each candidate times ~MEASURE_SECONDS of steps a round, interleaved (A B C, A B C):
+        # a noisy neighbour hits every candidate alike.
         steps = {name: max(1, round(MEASURE_SECONDS / w)) for name, w in warm.items()}
-        times: Dict[str, List[float]] = {p.candidate.name: [] for p in live}
         for index in range(rounds):
             one_round = sum(steps[p.candidate.name] * warm[p.candidate.name] for p in live)
-            if index and time.monotonic() + one_round > deadline:
-                progress(f"layout tuning: {index} round(s) of {rounds} fit the time budget")
+            if time.monotonic() + one_round > deadline:
+                progress(f"layout tuning: {index} round(s) of {rounds} fit the time budget"
+                         + ("" if index else "; each candidate's one timed step stands"))
                 break
             for probe in list(live):
                 name = probe.candidate.name
                 answer = probe.time_steps(steps[name], timeout=60 + 20 * steps[name] * warm[name])
                 if "seconds" in answer:
-                    times[name].append(answer["seconds"] / answer["steps"])
+                    rows[name]["rounds"].append(answer["seconds"] / answer["steps"])
                 else:  # it died or hung mid-way: its earlier timings do not count either
-                    progress(f"layout candidate {probe.candidate.name}: failed "
-                             f"({answer.get('error')}); not chosen")
-                    probe.ready = answer
-                    times[name] = []
+                    progress(f"layout candidate {name}: failed ({answer.get('error')}); "
+                             f"not chosen")
+                    rows[name].update(error=answer.get("error"), rounds=[])
                     live.remove(probe)
-        for probe in probes:
-            name = probe.candidate.name
-            per_step = times.get(name) or []
-            rows.append(dict(candidate=dataclasses.asdict(probe.candidate), name=name,
-                             seconds_per_step=statistics.median(per_step) if per_step else None,
-                             rounds=per_step, steps_per_timing=steps.get(name),
-                             startup_seconds=round(startup, 1),
-                             train_step_flops=probe.ready.get("train_step_flops"),
-                             error=probe.ready.get("error")))
+        for name, r in rows.items():
+            if name in warm and not r["error"]:
+                timed = r["rounds"] or [warm[name]]  # no round fitted: its one timed step
+                r.update(seconds_per_step=statistics.median(timed),
+                         steps_per_timing=steps[name] if r["rounds"] else 1, rounds=timed)
     finally:
-        for probe in probes:
+        for probe in begun:
             probe.close()
-    return rows
+    return [rows[c.name] for c in stage]
+
+
+def _cost(startup: float, children: int) -> float:
+    """Seconds a group of children needs at least: its start-up, then each child's first
+    step and one round of timings (~MEASURE_SECONDS each)."""
+    return startup + children * 2 * MEASURE_SECONDS
 
 
 @contextlib.contextmanager
@@ -242,34 +318,47 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
          precision: str, budget_seconds: float, rounds: int = 3,
          progress: Callable[[str], None] = logging.info
          ) -> Tuple[layout_candidates.Candidate, dict]:
-    """Measures the candidates for the parsed gin config; (the fastest, the record)."""
-    deadline = time.monotonic() + budget_seconds
+    """Measures the candidates for the parsed gin config within `budget_seconds` from the
+    first child's start (the rules' candidate first: the one to beat, and the one kept
+    when nothing else fits); (the fastest, the record)."""
+    started = time.monotonic()
+    deadline = started + budget_seconds
     stage, notes = layout_candidates.candidates(hardware, pins, settings.strategy, precision)
+    # The rules' candidate first, then one change at a time (oneDNN flipped starts as fast
+    # as it; XLA's compilation makes its candidates the slowest to start), both last.
+    rule = layout_candidates.rule_candidate(hardware, stage)
+    stage = sorted(stage, key=lambda c: (c != rule, c.xla != rule.xla, c.onednn != rule.onednn))
     for note in notes:
         progress(f"layout tuning: {note}")
     record = dict(stages=[], notes=notes)
+    at_once = max(1, min(hardware.cores, layout_lib.usable_cores()))
     with parsed_config_file() as config_file:
-        started = time.monotonic()
         winner = stage[0]
         if len(stage) > 1:
-            progress(f"layout tuning: timing {len(stage)} candidates of this step "
-                     f"(budget {budget_seconds:.0f} s)")
-            rows = measure(stage, config_file, rounds, deadline, progress)
+            progress(f"layout tuning: timing {len(stage)} candidates of this step, "
+                     f"{at_once} starting at a time (budget {budget_seconds:.0f} s)")
+            rows = measure(stage, config_file, rounds, deadline, progress, at_once=at_once)
             record["stages"].append(rows)
             _report(rows, progress)
             winner = layout_candidates.Candidate(**fastest(rows)["candidate"])
         second, more = layout_candidates.second_stage(winner, hardware, pins, precision)
         record["notes"] += more
-        spent = time.monotonic() - started
-        if len(second) > 1:
-            if len(stage) > 1 and time.monotonic() + spent * len(second) / len(stage) > deadline:
-                progress(f"layout tuning: thread and precision variants skipped (the first "
-                         f"stage took {spent:.0f} s of {budget_seconds:.0f})")
-            else:
-                rows = measure(second, config_file, rounds, deadline, progress)
-                record["stages"].append(rows)
+        startup = min((r["startup_seconds"] for stage_rows in record["stages"]
+                       for r in stage_rows if r["startup_seconds"]), default=0.0)
+        left = deadline - time.monotonic()
+        if len(second) > 1 and left < _cost(startup, min(at_once, len(second))):
+            progress(f"layout tuning: thread and precision variants skipped ({left:.0f} s of "
+                     f"the budget left, a start-up took {startup:.0f} s)")
+        elif len(second) > 1:
+            rows = measure(second, config_file, rounds, deadline, progress, at_once=at_once,
+                           first_may_overrun=False)
+            record["stages"].append(rows)
+            if any(r["seconds_per_step"] for r in rows):
                 _report(rows, progress)
                 winner = layout_candidates.Candidate(**fastest(rows)["candidate"])
+            else:
+                progress("layout tuning: thread and precision variants not timed within "
+                         "the time budget")
     record["seconds"] = round(time.monotonic() - started, 1)
     return winner, record
 
@@ -331,9 +420,12 @@ def settle(settings, allow_measuring: bool = True,
             facts, choice=dataclasses.asdict(winner), seconds_per_step=seconds,
             train_step_flops=flops, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             record=record))
+    untimed = sum("time budget" in (r.get("error") or "") for r in rows)
     progress(f"layout tuning chose {winner.name} ({seconds or float('nan'):.3f} s/step) in "
              f"{record['seconds']:.0f} s; " + ("not cached" if unwritten else
-                                               f"cached in {layout_cache.path()} (key {key})"))
+                                               f"cached in {layout_cache.path()} (key {key})")
+             + (f"; {untimed} candidate(s) not timed within the budget (layout.tune = 'again' "
+                f"with a larger layout.tune_seconds times them)" if untimed else ""))
     return winner.measured("measured", seconds, precision)
 
 

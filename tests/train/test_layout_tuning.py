@@ -92,7 +92,7 @@ def test_second_stage_tries_threads_and_float32_against_the_winner():
 
 def _fake_measure(seconds_of, calls):
     """A measure() that times nothing: seconds per step from `seconds_of(candidate)`."""
-    def measure(stage, config_file, rounds, deadline, progress):
+    def measure(stage, config_file, rounds, deadline, progress, **_):
         assert os.path.exists(config_file)  # the children would parse it
         calls.append(list(stage))
         return [dict(candidate=dataclasses.asdict(c), name=c.name,
@@ -182,6 +182,101 @@ def test_settle_measures_once_then_uses_the_cache_keyed_by_step_and_machine(
              "strategy.kind = 'multi_worker_mirrored'")
     assert layout_tuning.settle(experiment.Settings.read(), progress=lines.append) is None
     assert "multi-process job" in lines[-1]
+
+
+class _Clock:
+    """Virtual seconds: the fake children below advance it as real ones would take time."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def monotonic(self):
+        return self.now
+
+
+def _fake_children(monkeypatch, startup_of, step_of):
+    """_Probe stand-ins on a virtual clock: a child is ready `startup_of(candidate)` s after
+    its group started (children of a group start together), and times steps at
+    `step_of(candidate)` s each. Returns (the clock, the names of the children started)."""
+    clock, started = _Clock(), []
+
+    class Probe:
+        def __init__(self, candidate, config_file, count_flops=False):
+            assert os.path.exists(config_file)
+            self.candidate, self.began, self.ready = candidate, clock.now, None
+            self.count_flops = count_flops
+            started.append(candidate.name)
+
+        def read(self, timeout):
+            ready_at = self.began + startup_of(self.candidate)
+            if ready_at - clock.now > timeout:
+                clock.now += timeout
+                return dict(error=f"no answer in {timeout:.0f} s")
+            clock.now = max(clock.now, ready_at)
+            return dict(ready=True, warmup_seconds=[1.0, step_of(self.candidate)],
+                        train_step_flops=1e9 if self.count_flops else None)
+
+        def time_steps(self, steps, timeout):
+            if steps * step_of(self.candidate) > timeout:
+                clock.now += timeout
+                return dict(error=f"no answer in {timeout:.0f} s")
+            clock.now += steps * step_of(self.candidate)
+            return dict(seconds=steps * step_of(self.candidate), steps=steps)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(layout_tuning, "_Probe", Probe)
+    monkeypatch.setattr(layout_tuning, "time", types.SimpleNamespace(
+        monotonic=clock.monotonic, strftime=lambda fmt: "2026-11-28 00:00:00 UTC"))
+    return clock, started
+
+
+def test_tuning_keeps_its_budget_from_the_first_start_and_drops_a_hopeless_candidate(
+        no_env_pins, monkeypatch, tiny_gin):
+    """The issue's first run on a 2-core Xeon: XLA's candidates start slowly, oneDNN off runs
+    50x slower. The rules' candidate starts first; the hopeless one is dropped after one
+    step; what would start after the budget does not; the tuning ends within it."""
+    tiny_gin("layout.xla = 'auto'")
+
+    def startup(c):
+        return 40.0 if c.xla else 20.0
+
+    def step(c):
+        return 0.3 * (50 if c.onednn is False else 1) * (0.9 if c.inter_op_threads else 1)
+    clock, started = _fake_children(monkeypatch, startup, step)
+    lines = []
+    winner, record = layout_tuning.tune(experiment.Settings.read(), CPU_AMX, {}, "float32",
+                                        90.0, progress=lines.append)
+    rule = layout_candidates.rule_candidate(CPU_AMX, layout_candidates.candidates(
+        CPU_AMX, {}, _strategy(), "float32")[0])
+    assert started[0] == rule.name and (rule.xla, rule.onednn) == (False, True)
+    assert record["seconds"] <= 90.0 and clock.now <= 90.0, (clock.now, "\n".join(lines))
+    first = {r["name"]: r for r in record["stages"][0]}
+    hopeless = first["xla=off,onednn=off,threads=default/default,float32"]
+    assert hopeless["error"].startswith("dropped: its first step took 15.000 s, over 2x the fastest so far (0.300 s)")
+    assert hopeless["seconds_per_step"] is None and len(hopeless["rounds"]) == 1
+    # The XLA pair starts after it; its oneDNN-off candidate's first step outlasts the budget.
+    assert first["xla=on,onednn=off,threads=default/default,float32"]["error"] == \
+        "not timed within the time budget"
+    assert first["xla=on,onednn=on,threads=default/default,float32"]["seconds_per_step"]
+    assert winner.onednn and not winner.xla
+    # Stage two (one inter-op thread) fit in what was left, or the log says why not.
+    assert len(record["stages"]) == 2 or any("variants skipped" in line for line in lines)
+
+
+def test_a_tuning_whose_first_start_up_fills_the_budget_keeps_the_rules_candidate(
+        no_env_pins, monkeypatch, tiny_gin):
+    tiny_gin("layout.xla = 'auto'")
+    clock, started = _fake_children(monkeypatch, lambda c: 120.0, lambda c: 0.3)
+    lines = []
+    winner, record = layout_tuning.tune(experiment.Settings.read(), CPU_AMX, {}, "float32",
+                                        90.0, progress=lines.append)
+    # The first group (two cores: two children) is waited for; nothing more starts.
+    assert len(started) == 2 and (winner.xla, winner.onednn) == (False, True)
+    assert any("not timed within the time budget" in line for line in lines), lines
+    assert any("variants skipped" in line for line in lines), lines
+    assert clock.now < 130.0
 
 
 @pytest.fixture
