@@ -5,7 +5,7 @@
 First what `make train` would use for this step (`auto`: the cache entry, or a
 tuning run within its budget, as bin/train.py does it). Then, with no budget and none
 dropped, every candidate, as many starting at once as there are cores, each in its own
-child process (train/layout_tuning.py): XLA x
+child process (train/layout_timing.py): XLA x
 oneDNN x {TensorFlow's thread counts, one inter-op thread}, plus float32 where the
 rule picks bfloat16, timed in interleaved rounds (A B C ..., A B C ..., at least 3).
 The JSON has a row per candidate (median and every round), the fastest, `auto`'s
@@ -25,6 +25,7 @@ from paragan_tf import layout_cache
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import layout_candidates
+from paragan_tf.train import layout_timing
 from paragan_tf.train import layout_tuning
 
 
@@ -58,12 +59,12 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
     progress(f"timing {len(stage)} candidates, {rounds} interleaved rounds: "
              + "; ".join(c.name for c in stage))
     started = time.monotonic()
-    with layout_tuning.parsed_config_file() as config_file:
-        rows = layout_tuning.measure(stage, config_file, rounds, float("inf"), progress,
+    with layout_timing.parsed_config_file() as config_file:
+        rows = layout_timing.measure(stage, config_file, rounds, float("inf"), progress,
                                      at_once=max(1, min(hardware.cores,
                                                         layout_lib.usable_cores())),
                                      drop_over=None)
-    best = layout_tuning.fastest(rows)
+    best = layout_timing.fastest(rows)
     by_name = {r["name"]: r for r in rows}
     for row in rows:
         row["ratio_to_fastest"] = (best["seconds_per_step"] / row["seconds_per_step"]

@@ -17,6 +17,7 @@ from paragan_tf import layout_cache
 from paragan_tf import layout_env
 from paragan_tf.train import experiment
 from paragan_tf.train import layout_candidates
+from paragan_tf.train import layout_timing
 from paragan_tf.train import layout_tuning
 from tests.helpers.clusters import run_while_progressing
 from tests.helpers.repo import PYTHON, REPO, relative
@@ -117,7 +118,7 @@ def _seconds(candidate: Candidate) -> float:
 def test_tune_picks_the_fastest_of_both_stages(no_env_pins, monkeypatch, tiny_gin):
     tiny_gin("layout.xla = 'auto'")
     calls = []
-    monkeypatch.setattr(layout_tuning, "measure", _fake_measure(_seconds, calls))
+    monkeypatch.setattr(layout_timing, "measure", _fake_measure(_seconds, calls))
     settings = experiment.Settings.read()
     winner, record = layout_tuning.tune(settings, CPU_AVX512_BF16, {}, "mixed_bfloat16", 90.0,
                                         progress=lambda m: None)
@@ -135,7 +136,7 @@ def test_settle_measures_once_then_uses_the_cache_keyed_by_step_and_machine(
     monkeypatch.delenv(layout_tuning.TUNE_ENV, raising=False)
     monkeypatch.setattr(layout_lib, "detect", lambda strategy=None: CPU_AVX2)
     calls, lines = [], []
-    monkeypatch.setattr(layout_tuning, "measure", _fake_measure(_seconds, calls))
+    monkeypatch.setattr(layout_timing, "measure", _fake_measure(_seconds, calls))
     tiny_gin("layout.xla = 'auto'", "layout.precision = 'auto'")
     settings = experiment.Settings.read()
     first = layout_tuning.settle(settings, progress=lines.append)
@@ -226,9 +227,10 @@ def _fake_children(monkeypatch, startup_of, step_of):
         def close(self):
             pass
 
-    monkeypatch.setattr(layout_tuning, "_Probe", Probe)
-    monkeypatch.setattr(layout_tuning, "time", types.SimpleNamespace(
-        monotonic=clock.monotonic, strftime=lambda fmt: "2026-11-28 00:00:00 UTC"))
+    monkeypatch.setattr(layout_timing, "_Probe", Probe)
+    for module in (layout_timing, layout_tuning):
+        monkeypatch.setattr(module, "time", types.SimpleNamespace(
+            monotonic=clock.monotonic, strftime=lambda fmt: "2026-11-28 00:00:00 UTC"))
     return clock, started
 
 
@@ -288,7 +290,7 @@ def settle_here(no_env_pins, monkeypatch, tiny_gin, tmp_path):
     monkeypatch.delenv(layout_tuning.TUNE_ENV, raising=False)
     monkeypatch.setattr(layout_lib, "detect", lambda strategy=None: CPU_AVX2)
     calls = []
-    monkeypatch.setattr(layout_tuning, "measure", _fake_measure(_seconds, calls))
+    monkeypatch.setattr(layout_timing, "measure", _fake_measure(_seconds, calls))
 
     def settle(*bindings, progress=None):
         tiny_gin("layout.xla = 'auto'", "layout.precision = 'auto'", *bindings)
