@@ -2,9 +2,10 @@
 
 A `Candidate` is one setting of XLA, oneDNN, the thread counts and the precision, with
 the environment its child process starts TensorFlow with. The stages decide which
-candidates are worth timing on this hardware under the user's pins: XLA x oneDNN
-first, then the winner against one inter-op thread and against float32; anything pinned
-or impossible is left out, and the notes say why. `rule_candidate` names the one the
+candidates are worth timing on this hardware under the user's pins: XLA x oneDNN (and
+float32 where the rule guessed bfloat16) first, in the order a budget should spend on
+them, then the winner against one inter-op thread; anything pinned or impossible is
+left out, and the notes say why. `rule_candidate` names the one the
 rules alone would pick. Nothing here starts a process or times a step, so the choice of
 candidates is tested, and read by benchmarks/layout.py, without measuring anything.
 """
@@ -118,9 +119,25 @@ def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) ->
         onednn=onednn if any(c.onednn == onednn for c in stage) else stage[0].onednn)
 
 
-def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[str, object],
-                 rule_precision: str) -> Tuple[List[Candidate], List[str]]:
-    """The winner against its variants: one inter-op thread; float32 in place of bfloat16."""
+def first_stage(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
+                precision: str) -> Tuple[List[Candidate], List[str]]:
+    """`candidates` in the order they are timed (a budget may cut the tail): the rules' own
+    first, the one to beat; where the rule guessed bfloat16 (not pinned), the same at
+    float32 next, so that the precision is timed, never assumed; then one change at a
+    time (oneDNN flipped starts as fast as the rules'; XLA's compilation makes its
+    candidates the slowest to start), both changed last."""
+    stage, notes = candidates(hardware, pins, strategy, precision)
+    rule = rule_candidate(hardware, stage)
+    ordered = sorted(stage, key=lambda c: (c != rule, c.xla != rule.xla,
+                                           c.onednn != rule.onednn))
+    if pins.get("precision", "auto") == "auto" and precision == "mixed_bfloat16":
+        ordered.insert(1, dataclasses.replace(rule, precision="float32"))
+    return ordered, notes
+
+
+def second_stage(winner: Candidate, hardware: layout_lib.Hardware
+                 ) -> Tuple[List[Candidate], List[str]]:
+    """The winner against one inter-op thread (its precision was timed in stage one)."""
     notes, out = [], [winner]
     if winner.intra_op_threads or winner.inter_op_threads:
         notes.append("thread counts pinned")
@@ -129,6 +146,4 @@ def second_stage(winner: Candidate, hardware: layout_lib.Hardware, pins: Dict[st
     else:
         out.append(dataclasses.replace(winner, intra_op_threads=hardware.cores,
                                        inter_op_threads=1))
-    if pins.get("precision", "auto") == "auto" and rule_precision == "mixed_bfloat16":
-        out.append(dataclasses.replace(winner, precision="float32"))
     return out, notes

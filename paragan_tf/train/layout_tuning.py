@@ -12,9 +12,9 @@ the best so far is dropped then (`measure`). The survivors are asked A B C, A B 
 median counting.
 
 Two stages (their candidates: train/layout_candidates.py): first XLA x oneDNN at
-TensorFlow's thread counts; then the winner against itself with one inter-op thread,
-and against float32 where the rule picked bfloat16 (the rule stands unless bfloat16
-is timed slower). The whole tuning keeps to `layout.tune_seconds` (90 s by default),
+TensorFlow's thread counts, with the rules' candidate at float32 second where the rule
+picked bfloat16 (so the precision is timed before anything else: bfloat16 stays unless
+timed slower); then the winner against itself with one inter-op thread. The whole tuning keeps to `layout.tune_seconds` (90 s by default),
 counted from the first child's start: what would not fit is not started, a child not
 ready by then is stopped (only the rules' candidate may overrun, so that something is
 measured), and the log says so. One line per candidate and one for the choice go to
@@ -118,11 +118,7 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
     when nothing else fits); (the fastest, the record)."""
     started = time.monotonic()
     deadline = started + budget_seconds
-    stage, notes = layout_candidates.candidates(hardware, pins, settings.strategy, precision)
-    # The rules' candidate first, then one change at a time (oneDNN flipped starts as fast
-    # as it; XLA's compilation makes its candidates the slowest to start), both last.
-    rule = layout_candidates.rule_candidate(hardware, stage)
-    stage = sorted(stage, key=lambda c: (c != rule, c.xla != rule.xla, c.onednn != rule.onednn))
+    stage, notes = layout_candidates.first_stage(hardware, pins, settings.strategy, precision)
     for note in notes:
         progress(f"layout tuning: {note}")
     record = dict(stages=[], notes=notes)
@@ -137,13 +133,13 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
             record["stages"].append(rows)
             _report(rows, progress)
             winner = layout_candidates.Candidate(**layout_timing.fastest(rows)["candidate"])
-        second, more = layout_candidates.second_stage(winner, hardware, pins, precision)
+        second, more = layout_candidates.second_stage(winner, hardware)
         record["notes"] += more
         startup = min((r["startup_seconds"] for stage_rows in record["stages"]
                        for r in stage_rows if r["startup_seconds"]), default=0.0)
         left = deadline - time.monotonic()
         if len(second) > 1 and left < layout_timing.cost(startup, min(at_once, len(second))):
-            progress(f"layout tuning: thread and precision variants skipped ({left:.0f} s of "
+            progress(f"layout tuning: the thread variant skipped ({left:.0f} s of "
                      f"the budget left, a start-up took {startup:.0f} s)")
         elif len(second) > 1:
             rows = layout_timing.measure(second, config_file, rounds, deadline, progress,
@@ -153,7 +149,7 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
                 _report(rows, progress)
                 winner = layout_candidates.Candidate(**layout_timing.fastest(rows)["candidate"])
             else:
-                progress("layout tuning: thread and precision variants not timed within "
+                progress("layout tuning: the thread variant not timed within "
                          "the time budget")
     record["seconds"] = round(time.monotonic() - started, 1)
     return winner, record
