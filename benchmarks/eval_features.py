@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from benchmarks import machine
 from benchmarks import step as step_bench
-from paragan_tf import layout as layout_lib
+from paragan_tf.layout import rules as layout_lib
 from paragan_tf.eval import classifier as classifier_lib
 from paragan_tf.eval import inception
 from paragan_tf.eval import metrics

@@ -19,7 +19,7 @@ from typing import Optional
 
 import tensorflow as tf
 
-from paragan_tf import layout as layout_lib
+from paragan_tf.layout import rules as layout_lib
 from paragan_tf.scale import cpu_peak
 from paragan_tf.scale.cpu_peak import physical_cores, theoretical_peak  # noqa: F401 (re-exported)
 

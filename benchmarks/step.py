@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from benchmarks import machine
 from benchmarks import profile as profile_lib
-from paragan_tf import layout as layout_lib
+from paragan_tf.layout import rules as layout_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.train import experiment as experiment_lib

@@ -30,7 +30,7 @@ from paragan_tf.distribute import server
 from paragan_tf.errors import Diverged, Interrupted, ParameterServerLost
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
-from paragan_tf.train import layout_tuning
+from paragan_tf.layout import tuning as layout_tuning
 from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import planning
 from paragan_tf.train import teardown

@@ -15,7 +15,7 @@ import tempfile
 
 # Before TensorFlow loads, for this process and every binary the tests start:
 # - layouts come from the rules (the tests' configs pin fp32 and XLA off), never from a
-#   measurement or a developer's cache: one test file (test_layout_tuning.py) tunes;
+#   measurement or a developer's cache: one test file (layout/test_tuning.py) tunes;
 # - oneDNN on for x86 CPUs unless the caller set it: TensorFlow leaves it off on CPUs
 #   without AVX-512 VNNI/BF16 or AMX, where our convolutions then run 2-3x slower
 #   (docs/benchmarks.md, the layout suite); where TensorFlow turns it on, this is a no-op.
@@ -47,14 +47,14 @@ _FILE_SECONDS = {
     "train/test_step.py": 515, "e2e/test_scale_out.py": 300, "e2e/test_learning_gate.py": 260,
     "e2e/test_binaries.py": 220, "eval/test_inception.py": 190, "e2e/test_readme.py": 160,
     "e2e/test_crash_resume.py": 160, "benchmarks/test_time_to_quality.py": 145,
-    "eval/test_evaluator.py": 120, "train/test_layout_tuning.py": 120, "scale/test_plan.py": 100,
+    "eval/test_evaluator.py": 120, "layout/test_tuning.py": 120, "scale/test_plan.py": 100,
     "train/test_sweep.py": 90, "train/test_sync_trainer.py": 80, "models/test_biggan.py": 75,
     "train/test_model_dir.py": 70, "benchmarks/test_step.py": 65,
     "train/test_async_trainer.py": 60, "data/test_pipeline.py": 60,
     "train/test_checkpoints.py": 55, "benchmarks/test_input.py": 55,
     "benchmarks/test_async_quality.py": 170, "data/test_records.py": 45,
     "data/test_prepare.py": 45, "train/test_sample_buffer.py": 45, "e2e/test_slurm.py": 45,
-    "test_layout.py": 40, "eval/test_reference_stats.py": 40, "data/test_datasets.py": 35,
+    "layout/test_rules.py": 40, "eval/test_reference_stats.py": 40, "data/test_datasets.py": 35,
     "e2e/test_tensorboard.py": 35, "benchmarks/test_small_data.py": 35,
     "data/test_service.py": 30, "models/test_recompute.py": 25, "generate/test_sampling.py": 25,
     "objective/test_ada.py": 25, "benchmarks/test_data.py": 20, "eval/test_classifier.py": 20,

@@ -12,14 +12,17 @@ from tests.helpers.repo import REPO
 # Lowest first; a module may import from its own layer and the ones before it.
 LAYERS = [
     {"paragan_tf", "paragan_tf.config", "paragan_tf.errors", "paragan_tf.files",
-     "paragan_tf.layout", "paragan_tf.layout_cache", "paragan_tf.layout_env",
+     "paragan_tf.layout", "paragan_tf.layout.rules", "paragan_tf.layout.cache",
+     "paragan_tf.layout.env",
      "paragan_tf.tfgan_compat"},
     {"paragan_tf.scale", "paragan_tf.distribute", "paragan_tf.data"},
     {"paragan_tf.models"},
     {"paragan_tf.objective"},
     {"paragan_tf.generate"},
     {"paragan_tf.eval"},
-    {"paragan_tf.train"},
+    # The layout package's tuner builds and times the training step itself.
+    {"paragan_tf.train", "paragan_tf.layout.candidates", "paragan_tf.layout.timing",
+     "paragan_tf.layout.tuning", "paragan_tf.layout.probe"},
 ]
 MAX_LINES = 400
 

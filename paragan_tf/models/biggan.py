@@ -29,7 +29,7 @@ import tf_keras as keras
 
 from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
-from paragan_tf.layout import round_up
+from paragan_tf.layout.rules import round_up
 from paragan_tf.models import layers
 from paragan_tf.models import recompute as recompute_lib
 
@@ -148,7 +148,7 @@ class Generator(_Staged, keras.Model):
       sync_bn: cross-replica batch statistics.
       bn_momentum: momentum of the BN moving averages used at inference.
       channel_multiple: block widths rounded up to a multiple of this (set by the
-        layout, see layout.py).
+        layout, see layout/rules.py).
       init, embedding_init, bn_epsilon, sn_epsilon: reference numerics, see
         layers.Numerics (BigGAN-PyTorch's G_init, BN_eps, SN_eps). The shared
         embedding is initialised with `init`, as the reference's.
@@ -254,7 +254,7 @@ class Discriminator(_Staged, keras.Model):
       num_classes: number of classes; normally taken from the dataset.
       ch: base width.
       attention_resolutions: resolutions after whose block to self-attend.
-      channel_multiple: block widths rounded up to a multiple of this (layout.py).
+      channel_multiple: block widths rounded up to a multiple of this (layout/rules.py).
       init, sn_epsilon: reference numerics (BigGAN-PyTorch's D_init, SN_eps); the
         projection embedding is initialised with `init` too.
       recompute: rematerialise each residual block in the backward pass.

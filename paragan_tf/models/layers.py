@@ -5,7 +5,7 @@ the spectral-norm power iteration, batch-norm statistics and the BN affine
 parameters. These layers therefore hold plain float32 variables (a float32
 Keras policy: under mixed_bfloat16 Keras would hand out AutoCastVariables that
 read as bfloat16 inside any enclosing layer) and cast by hand to the compute
-dtype of the global policy in force when they were built (see layout.py).
+dtype of the global policy in force when they were built (see layout/rules.py).
 
 Initialisation and epsilons follow BigGAN-PyTorch and are chosen per network
 with `Numerics` (its names: G_init/D_init, BN_eps, SN_eps).

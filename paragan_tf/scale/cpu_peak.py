@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Dict, List, Optional
 
-from paragan_tf import layout as layout_lib
+from paragan_tf.layout import rules as layout_lib
 
 # FLOP per cycle per core, (float32, bfloat16), first matching row wins. bfloat16 without a
 # bf16 dot-product unit converts to float32 and runs at the float32 rate.

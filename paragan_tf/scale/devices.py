@@ -34,7 +34,7 @@ and our FLOP counter, and checks them on the other runs):
   tpu, bfloat16   ParaGAN: BigGAN-128 on 1,024 TPU v3 cores in 14 hours, read as
                   the BigGAN-PyTorch schedule (150k iterations of 2,048 images)
   cpu             this machine's own: the FLOP/s its tuned layout reached on the
-                  newest step measured here (the layout cache, paragan_tf/layout_cache.py:
+                  newest step measured here (the layout cache, paragan_tf/layout/cache.py:
                   bin/train.py's first run of a step shape, or bin/bench.py
                   --suite=layout), over its theoretical peak at that precision; none
                   until a step has been measured, and the plan says so (a gin value,
@@ -51,8 +51,8 @@ from typing import Dict, Optional, Tuple
 
 import gin
 
-from paragan_tf import layout as layout_lib
-from paragan_tf import layout_cache
+from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout import cache as layout_cache
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import calibration
 from paragan_tf.scale import cpu_peak
@@ -88,7 +88,7 @@ class Device:
                 "mixed_float16": self.peak_fp16_tflops}[precision]
 
     def auto_precision(self) -> str:
-        """What layout.precision='auto' picks on this device (paragan_tf/layout.py)."""
+        """What layout.precision='auto' picks on this device (paragan_tf/layout/rules.py)."""
         return "mixed_bfloat16" if self.peak_bf16_tflops else "float32"
 
 

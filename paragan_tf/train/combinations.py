@@ -9,7 +9,7 @@ paragan_tf.train.combinations` prints it; tests/train/test_combinations.py holds
 Not here: a bad value of one setting (its option object refuses it as it is made), what
 needs the hardware or the built objects (distribute/mode.py: a GPU count; the sharded
 optimizer's own refusals, listed in the table from its constants), the layout's
-(paragan_tf/layout.py), and the input pipeline's, which is called without settings
+(paragan_tf/layout/rules.py), and the input pipeline's, which is called without settings
 (data/pipeline.py).
 """
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf import config as gin_config
-from paragan_tf import layout as layout_lib
+from paragan_tf.layout import rules as layout_lib
 from paragan_tf.data import class_groups
 from paragan_tf.data import class_list
 from paragan_tf.data import config as data_config
@@ -161,7 +161,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     Raises ConfigError on bad settings.
 
     check_data=False skips the check that the data is present (dry runs). `measured`:
-    the layout train/layout_tuning.py measured for this step (None: the rules decide).
+    the layout layout/tuning.py measured for this step (None: the rules decide).
     """
     settings = settings or Settings.read()
     config, data, input_config = settings.train, settings.data, settings.inputs

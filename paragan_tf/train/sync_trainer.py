@@ -72,7 +72,7 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
     """
     strategy = exp.strategy
     # XLA compiles the per-replica step only: a compiled function cannot call
-    # next(iterator), so the iterators stay outside it (layout.py says where it works).
+    # next(iterator), so the iterators stay outside it (layout/rules.py says where it works).
     replica_step = (tf.function(gan_step.__call__, jit_compile=True) if exp.layout.xla
                     else gan_step)
 

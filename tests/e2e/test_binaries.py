@@ -17,7 +17,7 @@ import tensorflow as tf
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
-from paragan_tf.train import layout_tuning
+from paragan_tf.layout import tuning as layout_tuning
 from paragan_tf.train import planning
 from tests.helpers import clusters
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
@@ -78,8 +78,8 @@ def test_sample_binary_writes_a_class_row_grid(tiny_run, tmp_path):
 def test_dry_run_prints_the_reference_cifar10_counts(tmp_path, monkeypatch):
     # This machine's step measured once (a layout cache entry, as the tuner writes it):
     # the plan of this_cpu reads its efficiency from there, and says when there is none.
-    from paragan_tf import layout as layout_lib  # pylint: disable=import-outside-toplevel
-    from paragan_tf import layout_cache  # pylint: disable=import-outside-toplevel
+    from paragan_tf.layout import rules as layout_lib  # pylint: disable=import-outside-toplevel
+    from paragan_tf.layout import cache as layout_cache  # pylint: disable=import-outside-toplevel
     cache = tmp_path / "layouts.json"
     signature = layout_lib.detect().signature()
     precision = "mixed_bfloat16" if layout_lib.detect().bf16_unit else "float32"

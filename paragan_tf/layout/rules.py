@@ -15,7 +15,7 @@ from what `detect()` finds:
 
 What only changes round-off (XLA on or off, oneDNN on or off on x86 CPUs, intra-
 and inter-op thread counts) is timed on the machine itself, on the experiment's
-own step (train/layout_tuning.py), and kept in a per-machine cache; `auto` takes
+own step (layout/tuning.py), and kept in a per-machine cache; `auto` takes
 the cached measurement where one exists for this hardware, TensorFlow version and
 step shape, and the rule above where none does. A measured precision replaces
 the rule only where bfloat16 was timed slower than float32. Anything the gin
@@ -109,7 +109,7 @@ class Hardware:
 
 @dataclasses.dataclass(frozen=True)
 class Measured:
-    """What a timing of the step chose for `auto` (train/layout_tuning.py)."""
+    """What a timing of the step chose for `auto` (layout/tuning.py)."""
 
     xla: bool
     onednn: Optional[bool]  # None: no switch on this hardware
@@ -291,7 +291,7 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
         at 0, `auto` takes the measured ones.
       tune: auto (measure the step once per machine and step shape, then use the
         cache), off (rules and the cache only) or again (re-measure now).
-        Read by train/layout_tuning.py.
+        Read by layout/tuning.py.
       tune_seconds: the measurement's time budget.
       measured: the tuner's choice for this step (None: the rules alone).
       xla_blocked: why XLA cannot compile this step for a reason outside the strategy

@@ -1,13 +1,13 @@
-"""The environment a process starts TensorFlow with for its layout (paragan_tf/layout.py).
+"""The environment a process starts TensorFlow with for its layout (layout/rules.py).
 
 oneDNN and the thread counts are process settings, read from environment variables
 when TensorFlow starts, so they cannot be changed by the process they apply to: this
 module says what TensorFlow does without the variables (`onednn_default`), which ones
 the user's environment fixes (`environment_pins`, never overridden), and which ones
 a process needs for its layout (`environment`); bin/train.py restarts itself with
-those before it builds anything, and train/layout_tuning.py starts each candidate's
+those before it builds anything, and layout/tuning.py starts each candidate's
 child process with its own. What a running process has in effect, and the rules that
-choose a layout, stay in layout.py.
+choose a layout, stay in rules.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from typing import Dict, Optional
 
 from paragan_tf.errors import ConfigError
-from paragan_tf.layout import Hardware, Measured, ONEDNN_ENV, SWITCHES, THREAD_ENV
+from paragan_tf.layout.rules import Hardware, Measured, ONEDNN_ENV, SWITCHES, THREAD_ENV
 
 # TensorFlow turns oneDNN on by default on Linux x86 CPUs with any of these (its
 # util.cc, DefaultOneDnnPolicy); elsewhere it is off unless TF_ENABLE_ONEDNN_OPTS=1.

@@ -4,23 +4,23 @@ What does not change the numbers beyond round-off (XLA on or off, oneDNN on or o
 on x86 CPUs, TensorFlow's thread counts) is chosen by timing the experiment's own
 training step under each candidate, never from a table. oneDNN and the thread
 counts must be set before TensorFlow loads, so every candidate is a child process
-(train/layout_probe.py) that builds the run, compiles and warms up its step, then
+(layout/probe.py) that builds the run, compiles and warms up its step, then
 times steps when asked. Children start as many at a time as there are cores, the rules'
 candidate first; each times one step alone once its group is ready, and one over twice
-the best so far is dropped then (`measure`). The survivors are asked A B C, A B C, ...
+the best so far is dropped then (timing.py). The survivors are asked A B C, A B C, ...
 (interleaved rounds, so a noisy neighbour hits every candidate alike), each candidate's
 median counting.
 
-Two stages (their candidates: train/layout_candidates.py): first XLA x oneDNN at
+Two stages (their candidates: layout/candidates.py): first XLA x oneDNN at
 TensorFlow's thread counts, with the rules' candidate at float32 second where the rule
 picked bfloat16 (so the precision is timed before anything else: bfloat16 stays unless
-timed slower); then the winner against itself with one inter-op thread. The whole tuning keeps to `layout.tune_seconds` (90 s by default),
-counted from the first child's start: what would not fit is not started, a child not
-ready by then is stopped (only the rules' candidate may overrun, so that something is
-measured), and the log says so. One line per candidate and one for the choice go to
-the log.
+timed slower); then the winner against itself with one inter-op thread. The whole
+tuning keeps to `layout.tune_seconds` (90 s by default), counted from the first child's
+start: what would not fit is not started, a child not ready by then is stopped (only
+the rules' candidate may overrun, so that something is measured), and the log says so.
+One line per candidate and one for the choice go to the log.
 
-The result is kept in a readable JSON cache (paragan_tf/layout_cache.py), keyed by
+The result is kept in a readable JSON cache (paragan_tf/layout/cache.py), keyed by
 the hardware signature, TensorFlow's version, the step's shape and what the run pinned
 (`pinned`); `layout.tune='auto'` measures only when the key has no entry, 'again'
 re-measures, 'off' uses the cache or the rules. One run measures at a time per cache; a
@@ -43,11 +43,11 @@ from typing import Callable, Dict, Optional, Sequence, Tuple
 from absl import logging
 import tensorflow as tf
 
-from paragan_tf import layout as layout_lib
-from paragan_tf import layout_cache
-from paragan_tf import layout_env
-from paragan_tf.train import layout_candidates
-from paragan_tf.train import layout_timing
+from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout import cache as layout_cache
+from paragan_tf.layout import env as layout_env
+from paragan_tf.layout import candidates as layout_candidates
+from paragan_tf.layout import timing as layout_timing
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
 TUNE_ENV = layout_timing.TUNE_ENV

@@ -1,4 +1,4 @@
-"""What layout tuning may choose (train/layout_tuning.py times them): the candidates.
+"""What layout tuning may choose (layout/tuning.py times them): the candidates.
 
 A `Candidate` is one setting of XLA, oneDNN, the thread counts and the precision, with
 the environment its child process starts TensorFlow with. The stages decide which
@@ -15,8 +15,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from paragan_tf import layout as layout_lib
-from paragan_tf import layout_env
+from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout import env as layout_env
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,8 @@ class Candidate:
             raise ValueError(f"its choice is not one of {sorted(fields)}: {choice!r}")
         threads = [choice["intra_op_threads"], choice["inter_op_threads"]]
         if not (isinstance(choice["xla"], bool) and choice["onednn"] in (None, True, False)
-                and all(type(n) is int and n >= 0 for n in threads)  # pylint: disable=unidiomatic-typecheck
+                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+                        for n in threads)
                 and choice["precision"] in layout_lib.PRECISIONS[1:]):
             raise ValueError(f"its choice has a value of the wrong kind: {choice!r}")
         return cls(**choice)

@@ -1,7 +1,7 @@
-"""Timing layout candidates in child processes (train/layout_tuning.py decides what to
+"""Timing layout candidates in child processes (layout/tuning.py decides what to
 time and what to keep; docs/design.md section 5).
 
-Each candidate is a child process (train/layout_probe.py) started with its own
+Each candidate is a child process (layout/probe.py) started with its own
 environment (oneDNN, thread counts: read only as TensorFlow loads) that builds the run,
 compiles and warms up its step, then times steps when asked. `measure` starts them as
 many at a time as asked, the first candidate first, drops a hopeless one after its first
@@ -24,9 +24,9 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import gin
 
-from paragan_tf import layout as layout_lib
+from paragan_tf.layout import rules as layout_lib
 from paragan_tf.errors import ConfigError
-from paragan_tf.train import layout_candidates
+from paragan_tf.layout import candidates as layout_candidates
 
 TUNE_ENV = "PARAGAN_TF_LAYOUT_TUNE"  # "off": never measure (test suites set it)
 MEASURE_SECONDS = 1.5  # the length of one timing of one candidate
@@ -50,7 +50,7 @@ class _Probe:
                     f"layout.precision = '{candidate.precision}'",
                     "layout.tune = 'off'"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "paragan_tf.train.layout_probe", config_file, *bindings],
+            [sys.executable, "-m", "paragan_tf.layout.probe", config_file, *bindings],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, text=True)
         self.ready: Optional[dict] = None

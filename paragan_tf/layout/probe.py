@@ -1,6 +1,6 @@
-"""One layout candidate's training step, timed on request (a child of train/layout_tuning.py).
+"""One layout candidate's training step, timed on request (a child of layout/timing.py).
 
-    python -m paragan_tf.train.layout_probe CONFIG.gin [BINDING ...]
+    python -m paragan_tf.layout.probe CONFIG.gin [BINDING ...]
 
 The process settings under test (oneDNN, thread counts) come in the environment,
 set before TensorFlow loads; the rest (XLA, precision) as gin bindings. It builds

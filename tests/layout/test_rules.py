@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf import layout as layout_lib
-from paragan_tf import layout_env
+from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout import env as layout_env
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.train import experiment
