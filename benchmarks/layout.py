@@ -35,9 +35,9 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
         raise ConfigError("the layout benchmark needs at least 1 round")
     experiment_lib.parse([gin_file], list(bindings))
     settings = experiment_lib.Settings.read()
-    pins = layout_lib.configured()
+    pins = settings.layout.pins()
     hardware = layout_lib.detect()
-    precision = layout_lib.run_precision(hardware, pins.get("precision", "auto"))
+    precision = layout_lib.run_precision(hardware, settings.layout.precision)
     progress("auto: what bin/train.py would use for this step")
     auto = layout_tuning.settle(settings, progress=progress)
     grid, notes = layout_candidates.candidates(hardware, pins, settings.strategy, precision)
@@ -51,7 +51,7 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
                                              auto.inter_op_threads, auto.precision or precision)
     else:
         chosen = rule
-    if pins.get("precision", "auto") == "auto" and precision == "mixed_bfloat16":
+    if "precision" not in pins and precision == "mixed_bfloat16":
         stage.append(dataclasses.replace(chosen, precision="float32"))
     for extra in (rule, chosen):
         if extra not in stage:

@@ -79,7 +79,7 @@ def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
     `strategy`: the run's StrategyConfig (its kind, its pinned thread counts)."""
     notes, kind = [], strategy.kind
     env_pins = layout_env.environment_pins()
-    if pins.get("xla", "auto") != "auto":
+    if "xla" in pins:
         xlas = [pins["xla"] == "on"]
         notes.append(f"XLA pinned {pins['xla']} (layout.xla)")
     elif hardware.accelerator == "cpu" and kind == "mirrored":
@@ -96,7 +96,7 @@ def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
         onednns = [env_pins[layout_lib.ONEDNN_ENV] not in ("0", "false", "False")]
         notes.append(f"oneDNN pinned by {layout_lib.ONEDNN_ENV}="
                      f"{env_pins[layout_lib.ONEDNN_ENV]}")
-    elif pins.get("onednn", "auto") != "auto":
+    elif "onednn" in pins:
         onednns = [pins["onednn"] == "on"]
         notes.append(f"oneDNN pinned {pins['onednn']} (layout.onednn)")
     else:
@@ -131,7 +131,7 @@ def first_stage(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy
     rule = rule_candidate(hardware, stage)
     ordered = sorted(stage, key=lambda c: (c != rule, c.xla != rule.xla,
                                            c.onednn != rule.onednn))
-    if pins.get("precision", "auto") == "auto" and precision == "mixed_bfloat16":
+    if "precision" not in pins and precision == "mixed_bfloat16":
         ordered.insert(1, dataclasses.replace(rule, precision="float32"))
     return ordered, notes
 

@@ -107,6 +107,55 @@ class Hardware:
                                             if self.gpu_compute_capability else None))
 
 
+@gin.configurable("layout")
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LayoutConfig:
+    """The `layout.*` settings (read once, in experiment.Settings), checked when made.
+
+    Attributes:
+      precision: auto, float32, mixed_bfloat16 or mixed_float16.
+      xla: auto, on or off: compile the per-replica train step with XLA.
+      onednn: auto, on or off (x86 CPUs): TensorFlow's oneDNN kernels. A process
+        setting: bin/train.py starts TensorFlow with it (`env.environment`). Thread
+        counts are pinned by strategy.intra_op_threads/inter_op_threads; left at 0,
+        `auto` takes the measured ones.
+      round_channels: round every block width up to the unit's tile multiple
+        (changes the architecture: parameter counts grow, checkpoints differ).
+      channel_multiple: the multiple to round to; 0 takes the unit's.
+      tune: auto (measure the step once per machine and step shape, then use the
+        cache), off (rules and the cache only) or again (re-measure now): layout/tuning.py.
+      tune_seconds: the measurement's time budget, from its first child's start.
+    """
+
+    precision: str = "auto"
+    xla: str = "auto"
+    onednn: str = "auto"
+    round_channels: bool = False
+    channel_multiple: int = 0
+    tune: str = "auto"
+    tune_seconds: float = 90.0
+
+    def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"layout.precision={self.precision!r}; choose one of "
+                              f"{PRECISIONS}")
+        for name in ("xla", "onednn"):
+            if getattr(self, name) not in SWITCHES:
+                raise ConfigError(f"layout.{name}={getattr(self, name)!r} must be auto, on "
+                                  f"or off")
+        if self.tune not in ("auto", "off", "again"):
+            raise ConfigError(f"layout.tune={self.tune!r} must be auto, off or again")
+        if self.tune_seconds <= 0:
+            raise ConfigError(f"layout.tune_seconds={self.tune_seconds} must be > 0")
+        if self.channel_multiple and not self.round_channels:
+            raise ConfigError("layout.channel_multiple is set but layout.round_channels=False")
+
+    def pins(self) -> Dict[str, str]:
+        """What the gin config fixes of what the tuner would otherwise try."""
+        return {name: getattr(self, name) for name in ("precision", "xla", "onednn")
+                if getattr(self, name) != "auto"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Measured:
     """What a timing of the step chose for `auto` (layout/tuning.py)."""
@@ -225,14 +274,6 @@ def threads_in_effect() -> Tuple[int, int]:
     return tuple(int(os.environ.get(name) or 0) for name in THREAD_ENV)  # type: ignore
 
 
-def configured() -> Dict[str, object]:
-    """The `layout.*` settings the parsed gin config binds (what the user pinned)."""
-    try:
-        return dict(gin.get_bindings("layout"))
-    except (ValueError, KeyError):
-        return {}
-
-
 def _tile_multiple(hardware: Hardware) -> int:
     if hardware.accelerator == "tpu":
         return 128
@@ -269,43 +310,22 @@ def run_precision(hardware: Hardware, configured: str) -> str:
     return rule_precision(hardware)[0] if configured == "auto" else configured
 
 
-@gin.configurable("layout", denylist=["hardware", "strategy", "measured", "xla_blocked"])
 def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None,
-           precision: str = "auto", xla: str = "auto", round_channels: bool = False,
-           channel_multiple: int = 0, onednn: str = "auto", tune: str = "auto",
-           tune_seconds: float = 90.0,
-           measured: Optional[Measured] = None, xla_blocked: Optional[str] = None) -> Layout:
+           config: Optional[LayoutConfig] = None, measured: Optional[Measured] = None,
+           xla_blocked: Optional[str] = None) -> Layout:
     """The layout for `hardware` under `strategy`.
 
     Args:
       hardware: from `detect()` (tests pass their own).
       strategy: the run's strategy (decides whether XLA can compile the step).
-      precision: auto, float32, mixed_bfloat16 or mixed_float16.
-      xla: auto, on or off: compile the per-replica train step with XLA.
-      round_channels: round every block width up to the unit's tile multiple
-        (changes the architecture: parameter counts grow, checkpoints differ).
-      channel_multiple: the multiple to round to; 0 takes the unit's.
-      onednn: auto, on or off (x86 CPUs): TensorFlow's oneDNN kernels. A process
-        setting: bin/train.py starts TensorFlow with it (`layout_env.environment`).
-        Thread counts are pinned by strategy.intra_op_threads/inter_op_threads; left
-        at 0, `auto` takes the measured ones.
-      tune: auto (measure the step once per machine and step shape, then use the
-        cache), off (rules and the cache only) or again (re-measure now).
-        Read by layout/tuning.py.
-      tune_seconds: the measurement's time budget.
+      config: the run's `layout.*` settings (None: as the gin config binds them).
       measured: the tuner's choice for this step (None: the rules alone).
       xla_blocked: why XLA cannot compile this step for a reason outside the strategy
         (the model-parallel placement), or None.
     """
+    config = config or LayoutConfig()
+    precision, xla, onednn = config.precision, config.xla, config.onednn
     reasons = []
-    if precision not in PRECISIONS:
-        raise ConfigError(f"layout.precision={precision!r}; choose one of {PRECISIONS}")
-    if xla not in SWITCHES:
-        raise ConfigError(f"layout.xla={xla!r} must be auto, on or off")
-    if tune not in ("auto", "off", "again"):
-        raise ConfigError(f"layout.tune={tune!r} must be auto, off or again")
-    if tune_seconds <= 0:
-        raise ConfigError(f"layout.tune_seconds={tune_seconds} must be > 0")
     source = measured.source if measured else "rule"
     if precision == "auto":
         precision, why = rule_precision(hardware)
@@ -341,11 +361,9 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
             f"{int(wanted)}, as bin/train.py does)"))
     intra, inter = threads_in_effect()
     multiple = 1
-    if round_channels:
-        multiple = channel_multiple or _tile_multiple(hardware)
+    if config.round_channels:
+        multiple = config.channel_multiple or _tile_multiple(hardware)
         reasons.append(f"block widths rounded up to multiples of {multiple}")
-    elif channel_multiple:
-        raise ConfigError("layout.channel_multiple is set but layout.round_channels=False")
     return Layout(precision, use_xla, multiple, hardware, tuple(reasons), in_effect, intra,
                   inter, source)
 

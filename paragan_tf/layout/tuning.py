@@ -70,13 +70,12 @@ def step_shape(settings, precision: str) -> Dict[str, object]:
                 augment=bool(settings.augment.transforms or settings.augment.ada_target))
 
 
-def pinned(pins: Dict[str, object], strategy) -> Dict[str, object]:
-    """What the user fixed of what tuning would otherwise try (layout.xla, .onednn and
-    .precision, the strategy's thread counts, the environment's oneDNN and threads): it
+def pinned(pins: Dict[str, str], strategy) -> Dict[str, object]:
+    """What the user fixed of what tuning would otherwise try (`pins`: layout.xla, .onednn
+    and .precision; the strategy's thread counts; the environment's oneDNN and threads): it
     joins the cache key, so that a pinned run's winner, chosen among fewer candidates, is
     never read by a run that pinned less (or other things)."""
-    out: Dict[str, object] = {name: pins[name] for name in ("xla", "onednn", "precision")
-                              if pins.get(name, "auto") != "auto"}
+    out: Dict[str, object] = dict(pins)
     out.update(layout_env.environment_pins())
     for name in ("intra_op_threads", "inter_op_threads"):
         if getattr(strategy, name):
@@ -177,12 +176,13 @@ def settle(settings, allow_measuring: bool = True,
     if blocker:
         progress(f"layout: the rules decide: {blocker} (tuning tries XLA)")
         return None
-    pins = layout_lib.configured()
+    config = settings.layout
+    pins = config.pins()
     hardware = layout_lib.detect()  # physical devices only: TensorFlow stays uninitialised
-    precision = layout_lib.run_precision(hardware, pins.get("precision", "auto"))
+    precision = layout_lib.run_precision(hardware, config.precision)
     key, facts = cache_key(hardware, step_shape(settings, precision),
                            pinned(pins, settings.strategy))
-    mode = pins.get("tune", "auto")
+    mode = config.tune
     if os.environ.get(TUNE_ENV) == "off":
         mode = "off" if mode != "again" else mode
     if mode != "again":
@@ -190,7 +190,7 @@ def settle(settings, allow_measuring: bool = True,
         if found:
             return found
     why_not = ("a dry run measures nothing" if not allow_measuring else
-               "layout.tune='off'" if pins.get("tune") == "off" else
+               "layout.tune='off'" if config.tune == "off" else
                f"{TUNE_ENV}=off" if mode == "off" else
                "TPUs compile every step anyway" if hardware.accelerator == "tpu" else None)
     if why_not:
@@ -203,7 +203,7 @@ def settle(settings, allow_measuring: bool = True,
         if found:
             return found
         winner, record = tune(settings, hardware, pins, precision,
-                              float(pins.get("tune_seconds", 90.0)), progress=progress)
+                              config.tune_seconds, progress=progress)
         rows = [r for stage in record["stages"] for r in stage]
         seconds = next((r["seconds_per_step"] for r in rows
                         if layout_candidates.Candidate(**r["candidate"]) == winner), None)
@@ -237,13 +237,13 @@ def _from_cache(key: str, precision: str, progress: Callable[[str], None]
 def restart_environment(settings, measured: Optional[layout_lib.Measured]
                         ) -> Dict[str, str]:
     """The variables this process lacks for its layout (empty: it has what it needs)."""
-    pins = layout_lib.configured()
-    if measured is None and pins.get("onednn", "auto") == "auto":
+    onednn = settings.layout.onednn
+    if measured is None and onednn == "auto":
         return {}  # TensorFlow's defaults: nothing to detect or set
     hardware = layout_lib.detect()
     strategy = settings.strategy
     wanted = layout_env.environment(
-        hardware, onednn=pins.get("onednn", "auto"), measured=measured,
+        hardware, onednn=onednn, measured=measured,
         threads_pinned=bool(strategy.intra_op_threads or strategy.inter_op_threads))
     current = {layout_lib.ONEDNN_ENV: None}
     onednn = layout_lib.onednn_in_effect(hardware)

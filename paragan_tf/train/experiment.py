@@ -98,6 +98,7 @@ class Settings:
     augment: augment_lib.AugmentConfig
     penalties: penalties_lib.Penalties
     model_parallel: mode_lib.ModelParallelConfig
+    layout: layout_lib.LayoutConfig
     model: ModelOptions = ModelOptions()
 
     @staticmethod
@@ -114,7 +115,8 @@ class Settings:
                    async_train=config_lib.AsyncConfig(),
                    strategy=strategy_lib.StrategyConfig(), cluster=cluster.ClusterConfig(),
                    augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties(),
-                   model_parallel=mode_lib.ModelParallelConfig(), model=ModelOptions.read())
+                   model_parallel=mode_lib.ModelParallelConfig(),
+                   layout=layout_lib.LayoutConfig(), model=ModelOptions.read())
 
 
 @dataclasses.dataclass
@@ -190,7 +192,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
     combinations.refuse(settings, strategy_lib.kind_of(strategy), loss_fn)
-    layout = layout_lib.choose(layout_lib.detect(strategy), strategy, measured=measured,
+    layout = layout_lib.choose(layout_lib.detect(strategy), strategy, settings.layout,
+                               measured=measured,
                                xla_blocked=mode.xla_blocker())
     layout_lib.apply(layout)
     keras.utils.set_random_seed(config.seed)

@@ -12,9 +12,9 @@ import dataclasses
 import gc
 from typing import Callable, Dict, Optional, Sequence
 
-import gin
 import tensorflow as tf
 
+from paragan_tf.layout import rules as layout_lib
 from paragan_tf.models import biggan
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
@@ -85,34 +85,28 @@ def plan_model(precisions: Sequence[str],
     """What the scale plan needs of the parsed (unfinalised) gin config: its models built
     once per precision in `precisions` on this host (nothing trains), their memory
     plans and FLOP counts (scale/plan.py)."""
-    configured = configured_precision()
     settings = experiment_lib.Settings.read()  # the weights' values do not matter here
     settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model, init="N02"))
     memory, exp = {}, None
     for precision in precisions:
-        with gin.unlock_config():
-            gin.bind_parameter("layout.precision", precision)
         progress(f"building the models at {precision}")
         # One build at a time: BigGAN-128's weights and Adam slots are ~2.5 GB a build, and
         # Keras models hold reference cycles that only the collector frees.
         exp = None
         gc.collect()
-        exp = experiment_lib.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
-                                   check_data=False, settings=settings)
+        exp = experiment_lib.build(
+            strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), check_data=False,
+            settings=dataclasses.replace(settings, layout=dataclasses.replace(
+                settings.layout, precision=precision)))
         progress(f"tracing the memory plan at {precision}")
         memory[precision] = memory_of(exp)
-    with gin.unlock_config():
-        gin.bind_parameter("layout.precision", configured)
     progress("counting the train step's FLOPs")
-    return model_of(exp, memory, configured)
+    return model_of(exp, memory, settings.layout.precision)
 
 
 def configured_precision() -> str:
     """layout.precision as the parsed gin config sets it ('auto' when it does not)."""
-    try:
-        return gin.query_parameter("layout.precision")
-    except ValueError:
-        return "auto"
+    return layout_lib.LayoutConfig().precision
 
 
 def model_of(exp: experiment_lib.Experiment, memory: Dict[str, memory_lib.Plan],

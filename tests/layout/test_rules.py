@@ -18,6 +18,8 @@ from paragan_tf.train import step as step_lib
 from paragan_tf.train import sync_trainer
 from tests.helpers.training import mirrored_2
 
+
+Config = layout_lib.LayoutConfig
 ONE_DEVICE = tf.distribute.OneDeviceStrategy("/cpu:0")
 CPU_PLAIN = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "avx512f"}))
 CPU_AVX2 = layout_lib.Hardware("cpu", frozenset({"sse2", "avx2", "fma"}),
@@ -44,22 +46,39 @@ def test_auto_layout_per_hardware(hardware, precision, xla, multiple):
     chosen = layout_lib.choose(hardware, ONE_DEVICE)
     assert (chosen.precision, chosen.xla, chosen.channel_multiple) == (precision, xla, 1)
     assert chosen.reasons  # every automatic choice says why
-    rounded = layout_lib.choose(hardware, ONE_DEVICE, round_channels=True)
+    rounded = layout_lib.choose(hardware, ONE_DEVICE, Config(round_channels=True))
     assert rounded.channel_multiple == multiple
 
 
 def test_explicit_settings_override_detection_and_impossible_xla_is_refused():
-    assert layout_lib.choose(CPU_AMX, ONE_DEVICE, precision="float32").precision == "float32"
-    assert layout_lib.choose(CPU_PLAIN, ONE_DEVICE, xla="on").xla
+    assert layout_lib.choose(CPU_AMX, ONE_DEVICE,
+                             Config(precision="float32")).precision == "float32"
+    assert layout_lib.choose(CPU_PLAIN, ONE_DEVICE, Config(xla="on")).xla
     # Two replicas on CPU devices: XLA cannot compile the step; auto says so, "on" is an error.
     auto = layout_lib.choose(CPU_PLAIN, mirrored_2())
     assert not auto.xla and any("does not support XLA" in r for r in auto.reasons)
     with pytest.raises(ConfigError, match="layout.xla='on' cannot be used here"):
-        layout_lib.choose(CPU_PLAIN, mirrored_2(), xla="on")
+        layout_lib.choose(CPU_PLAIN, mirrored_2(), Config(xla="on"))
     with pytest.raises(ConfigError, match="layout.precision"):
-        layout_lib.choose(CPU_PLAIN, ONE_DEVICE, precision="float8")
+        layout_lib.choose(CPU_PLAIN, ONE_DEVICE, Config(precision="float8"))
     with pytest.raises(ConfigError, match="round_channels"):
-        layout_lib.choose(CPU_PLAIN, ONE_DEVICE, channel_multiple=16)
+        layout_lib.choose(CPU_PLAIN, ONE_DEVICE, Config(channel_multiple=16))
+
+
+@pytest.mark.parametrize("binding,named", [
+    ("layout.tune = 'sometimes'", "layout.tune='sometimes' must be auto, off or again"),
+    ("layout.tune_seconds = 0", "layout.tune_seconds=0 must be > 0"),
+    ("layout.onednn = 'yes'", "layout.onednn='yes' must be auto, on or off"),
+])
+def test_layout_settings_are_read_with_the_runs_settings_and_refused_by_name(
+        tiny_gin, binding, named):
+    tiny_gin("layout.tune = 'again'", "layout.tune_seconds = 30")
+    layout = experiment.Settings.read().layout
+    assert (layout.tune, layout.tune_seconds, layout.precision) == ("again", 30, "float32")
+    assert layout.pins() == {"precision": "float32", "xla": "off"}  # gin/layouts/fp32.gin
+    tiny_gin(binding)
+    with pytest.raises(ConfigError, match=named):
+        experiment.Settings.read()
 
 
 def test_a_measurement_decides_only_what_the_rules_leave_to_it():
@@ -68,13 +87,14 @@ def test_a_measurement_decides_only_what_the_rules_leave_to_it():
     assert chosen.xla and chosen.source == "cache" and chosen.precision == "float32"
     assert any(r.startswith("XLA on: cache") for r in chosen.reasons)
     # Pinned settings are never overridden; an impossible XLA is never taken from a cache.
-    assert not layout_lib.choose(CPU_AVX2, ONE_DEVICE, xla="off", measured=faster_xla).xla
+    assert not layout_lib.choose(CPU_AVX2, ONE_DEVICE, Config(xla="off"),
+                                 measured=faster_xla).xla
     assert not layout_lib.choose(CPU_AVX2, mirrored_2(), measured=faster_xla).xla
     # A precision is taken from a measurement only when the config leaves it to `auto`.
     bf16_slower = layout_lib.Measured(xla=False, onednn=True, precision="float32")
     assert layout_lib.choose(CPU_AVX512_BF16, ONE_DEVICE,
                              measured=bf16_slower).precision == "float32"
-    assert layout_lib.choose(CPU_AVX512_BF16, ONE_DEVICE, precision="mixed_bfloat16",
+    assert layout_lib.choose(CPU_AVX512_BF16, ONE_DEVICE, Config(precision="mixed_bfloat16"),
                              measured=bf16_slower).precision == "mixed_bfloat16"
     # Without a measurement the rules say so.
     rule = layout_lib.choose(CPU_AVX2, ONE_DEVICE)
@@ -116,9 +136,9 @@ def test_onednn_default_follows_tensorflows_rule_and_a_mismatch_is_refused():
     in_effect = layout_lib.onednn_in_effect(CPU_AVX2)
     other = "off" if in_effect else "on"
     with pytest.raises(ConfigError, match="set TF_ENABLE_ONEDNN_OPTS"):
-        layout_lib.choose(CPU_AVX2, ONE_DEVICE, onednn=other)
-    assert layout_lib.choose(CPU_AVX2, ONE_DEVICE, onednn="on" if in_effect else "off"
-                             ).onednn == in_effect
+        layout_lib.choose(CPU_AVX2, ONE_DEVICE, Config(onednn=other))
+    assert layout_lib.choose(CPU_AVX2, ONE_DEVICE,
+                             Config(onednn="on" if in_effect else "off")).onednn == in_effect
 
 
 def test_detection_reads_cpu_flags(monkeypatch, tmp_path):
