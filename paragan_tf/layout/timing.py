@@ -133,8 +133,7 @@ def measure(stage: Sequence[layout_candidates.Candidate], config_file: str, roun
             begun += probes
             for i, probe in enumerate(probes):
                 may_overrun = first_may_overrun and begin + i == 0
-                timeout = STARTUP_TIMEOUT if may_overrun else max(0.0, starts_by -
-                                                                 time.monotonic())
+                timeout = STARTUP_TIMEOUT if may_overrun else _left(starts_by)
                 probe.ready = probe.read(timeout)
                 startup = time.monotonic() - started
                 if "error" in probe.ready:
@@ -155,7 +154,7 @@ def measure(stage: Sequence[layout_candidates.Candidate], config_file: str, roun
                     continue
                 may_overrun = first_may_overrun and begin + i == 0
                 answer = probe.time_steps(1, timeout=STARTUP_TIMEOUT if may_overrun else
-                                          max(0.0, starts_by - time.monotonic()))
+                                          _left(starts_by))
                 seconds = answer.get("seconds")
                 best = min(warm.values(), default=None)
                 if seconds is None:
@@ -204,6 +203,11 @@ def measure(stage: Sequence[layout_candidates.Candidate], config_file: str, roun
         for probe in begun:
             probe.close()
     return [rows[c.name] for c in stage]
+
+
+def _left(until: float) -> float:
+    """Seconds to wait for a child until `until` (a finite wait: select() takes no inf)."""
+    return min(float(STARTUP_TIMEOUT), max(0.0, until - time.monotonic()))
 
 
 def cost(startup: float, children: int) -> float:

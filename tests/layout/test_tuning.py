@@ -221,6 +221,7 @@ def _fake_children(monkeypatch, startup_of, step_of):
             started.append(candidate.name)
 
         def read(self, timeout):
+            assert 0 <= timeout <= layout_timing.STARTUP_TIMEOUT  # what select() can wait
             ready_at = self.began + startup_of(self.candidate)
             if ready_at - clock.now > timeout:
                 clock.now += timeout
@@ -230,6 +231,7 @@ def _fake_children(monkeypatch, startup_of, step_of):
                         train_step_flops=1e9 if self.count_flops else None)
 
         def time_steps(self, steps, timeout):
+            assert 0 <= timeout < float("inf")
             if steps * step_of(self.candidate) > timeout:
                 clock.now += timeout
                 return dict(error=f"no answer in {timeout:.0f} s")
@@ -292,6 +294,17 @@ def test_a_tuning_whose_first_start_up_fills_the_budget_keeps_the_rules_candidat
     assert any("not timed within the time budget" in line for line in lines), lines
     assert any("variant skipped" in line for line in lines), lines
     assert clock.now < 130.0
+
+
+def test_the_benchmark_times_every_candidate_without_a_budget_or_a_drop(monkeypatch):
+    """bin/bench.py --suite=layout: no deadline (waits stay finite) and nothing dropped."""
+    _fake_children(monkeypatch, lambda c: 50.0 if c.xla else 20.0,
+                   lambda c: 15.0 if c.onednn is False else 0.3)
+    stage, _ = layout_candidates.first_stage(CPU_AVX2, {}, _strategy(), "float32")
+    with layout_timing.parsed_config_file() as config_file:
+        rows = layout_timing.measure(stage, config_file, 3, float("inf"), lambda line: None,
+                                     at_once=2, drop_over=None)
+    assert all(r["error"] is None and len(r["rounds"]) == 3 for r in rows), rows
 
 
 @pytest.fixture
