@@ -55,16 +55,16 @@ def restart_with(environment: Dict[str, str]) -> None:
     layout is chosen after TensorFlow is imported. The variables it sets are marked
     as ours, so the new process does not take them for the user's pins.
     """
+    from paragan_tf.layout import env as layout_env  # pylint: disable=import-outside-toplevel
     if not environment:
         return
-    if os.environ.get("PARAGAN_TF_RESTARTED"):
+    if layout_env.restarted():
         logging.warning("the layout wants %s but this process was restarted for it once "
                         "already; going on as it is", environment)
         return
     logging.info("restarting with %s: TensorFlow reads them only as it loads",
                  " ".join(f"{k}={v}" for k, v in sorted(environment.items())))
-    env = dict(os.environ, PARAGAN_TF_RESTARTED="1", **environment,
-               **{f"PARAGAN_TF_LAYOUT_SET_{name}": "1" for name in environment})
+    env = layout_env.for_restart(environment)
     logging.flush()
     sys.stdout.flush()
     sys.stderr.flush()

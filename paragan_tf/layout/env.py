@@ -31,10 +31,29 @@ def onednn_default(hardware: Hardware) -> Optional[bool]:
     return any(flag in hardware.cpu_features for flag in ONEDNN_DEFAULT_FLAGS)
 
 
+# The restart protocol (bin/common.py execs; the variables are set and read here only): a
+# process restarted for its layout carries RESTARTED, and each variable set for it a mark,
+# so that it is not taken for the user's pin.
+RESTARTED = "PARAGAN_TF_RESTARTED"
+SET_BY_LAYOUT = "PARAGAN_TF_LAYOUT_SET_"
+
+
 def environment_pins() -> Dict[str, str]:
     """The process settings the user's environment fixes (never overridden)."""
     return {name: os.environ[name] for name in (ONEDNN_ENV,) + THREAD_ENV
-            if os.environ.get(name) and not os.environ.get("PARAGAN_TF_LAYOUT_SET_" + name)}
+            if os.environ.get(name) and not os.environ.get(SET_BY_LAYOUT + name)}
+
+
+def restarted() -> bool:
+    """Whether this process was restarted for its layout already (it is, at most once)."""
+    return bool(os.environ.get(RESTARTED))
+
+
+def for_restart(environment: Dict[str, str]) -> Dict[str, str]:
+    """This process's environment with `environment` added for a restart: each variable
+    marked as the layout's, and the restart recorded."""
+    return dict(os.environ, **environment, **{RESTARTED: "1"},
+                **{SET_BY_LAYOUT + name: "1" for name in environment})
 
 
 def environment(hardware: Hardware, onednn: str = "auto",

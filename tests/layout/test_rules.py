@@ -120,7 +120,7 @@ def test_process_settings_come_from_pins_then_the_measurement(monkeypatch):
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     assert "TF_ENABLE_ONEDNN_OPTS" not in layout_env.environment(CPU_AVX2, measured=measured)
     # ...unless our own restart set it (marked so).
-    monkeypatch.setenv("PARAGAN_TF_LAYOUT_SET_TF_ENABLE_ONEDNN_OPTS", "1")
+    monkeypatch.setenv(layout_env.SET_BY_LAYOUT + "TF_ENABLE_ONEDNN_OPTS", "1")
     assert "TF_ENABLE_ONEDNN_OPTS" in layout_env.environment(CPU_AVX2, measured=measured)
     with pytest.raises(ConfigError, match="x86 CPUs only"):
         layout_env.environment(GPU_AMPERE, onednn="on")
