@@ -46,11 +46,7 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
         stage += [dataclasses.replace(c, intra_op_threads=hardware.cores, inter_op_threads=1)
                   for c in grid]
     rule = layout_candidates.rule_candidate(hardware, grid)
-    if auto is not None:
-        chosen = layout_candidates.Candidate(auto.xla, auto.onednn, auto.intra_op_threads,
-                                             auto.inter_op_threads, auto.precision or precision)
-    else:
-        chosen = rule
+    chosen = auto or rule  # a Choice either way (its source and pace do not compare)
     if "precision" not in pins and precision == "mixed_bfloat16":
         stage.append(dataclasses.replace(chosen, precision="float32"))
     for extra in (rule, chosen):

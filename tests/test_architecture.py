@@ -12,7 +12,8 @@ from tests.helpers.repo import REPO
 # Lowest first; a module may import from its own layer and the ones before it.
 LAYERS = [
     {"paragan_tf", "paragan_tf.config", "paragan_tf.errors", "paragan_tf.files",
-     "paragan_tf.layout", "paragan_tf.layout.rules", "paragan_tf.layout.cache",
+     "paragan_tf.layout", "paragan_tf.layout.rules", "paragan_tf.layout.choice",
+     "paragan_tf.layout.cache",
      "paragan_tf.layout.env",
      "paragan_tf.tfgan_compat"},
     {"paragan_tf.scale", "paragan_tf.distribute", "paragan_tf.data"},

@@ -1,7 +1,8 @@
 """What layout tuning may choose (layout/tuning.py times them): the candidates.
 
-A `Candidate` is one setting of XLA, oneDNN, the thread counts and the precision, with
-the environment its child process starts TensorFlow with. The stages decide which
+A candidate is a `Choice` (layout/choice.py): one setting of XLA, oneDNN, the thread
+counts and the precision, with the environment its child process starts TensorFlow with,
+the type the tuner also returns. The stages decide which
 candidates are worth timing on this hardware under the user's pins: XLA x oneDNN (and
 float32 where the rule guessed bfloat16) first, in the order a budget should spend on
 them, then the winner against one inter-op thread; anything pinned or impossible is
@@ -16,61 +17,12 @@ import dataclasses
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout.choice import Choice
 from paragan_tf.layout import env as layout_env
 
 
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-    """One setting of what tuning may choose."""
-
-    xla: bool
-    onednn: Optional[bool]
-    intra_op_threads: int = 0
-    inter_op_threads: int = 0
-    precision: str = ""
-
-    @property
-    def name(self) -> str:
-        parts = [f"xla={'on' if self.xla else 'off'}"]
-        if self.onednn is not None:
-            parts.append(f"onednn={'on' if self.onednn else 'off'}")
-        parts.append(f"threads={self.intra_op_threads or 'default'}/"
-                     f"{self.inter_op_threads or 'default'}")
-        parts.append(self.precision)
-        return ",".join(parts)
-
-    @classmethod
-    def from_cache(cls, choice: object) -> "Candidate":
-        """A cache entry's choice, checked field by field: ValueError when it is not one
-        this module wrote (a hand-edited or foreign file must not steer a run)."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        if not isinstance(choice, dict) or set(choice) != fields:
-            raise ValueError(f"its choice is not one of {sorted(fields)}: {choice!r}")
-        threads = [choice["intra_op_threads"], choice["inter_op_threads"]]
-        if not (isinstance(choice["xla"], bool) and choice["onednn"] in (None, True, False)
-                and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
-                        for n in threads)
-                and choice["precision"] in layout_lib.PRECISIONS[1:]):
-            raise ValueError(f"its choice has a value of the wrong kind: {choice!r}")
-        return cls(**choice)
-
-    def environment(self) -> Dict[str, str]:
-        env = {}
-        if self.onednn is not None:
-            env[layout_lib.ONEDNN_ENV] = "1" if self.onednn else "0"
-        for name, value in zip(layout_lib.THREAD_ENV,
-                               (self.intra_op_threads, self.inter_op_threads)):
-            if value:
-                env[name] = str(value)
-        return env
-
-    def measured(self, source: str, seconds: Optional[float], run_precision: str
-                 ) -> layout_lib.Measured:
-        return layout_lib.Measured(
-            xla=self.xla, onednn=self.onednn, intra_op_threads=self.intra_op_threads,
-            inter_op_threads=self.inter_op_threads,
-            precision=self.precision if self.precision != run_precision else None,
-            source=source, seconds_per_step=seconds)
+# A candidate is a Choice not yet timed: the tuner's one type for a setting.
+Candidate = Choice
 
 
 def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
@@ -113,7 +65,7 @@ def rule_candidate(hardware: layout_lib.Hardware, stage: Sequence[Candidate]) ->
     """Of the first stage, the one the rules alone give (what `auto` was before it
     measured): XLA on accelerators only, TensorFlow's default oneDNN, where each is a
     candidate; otherwise what the stage pins."""
-    xla = hardware.accelerator in ("gpu", "tpu")
+    xla = layout_lib.rule_xla(hardware)
     onednn = layout_env.onednn_default(hardware)
     return dataclasses.replace(
         stage[0], xla=xla if any(c.xla == xla for c in stage) else stage[0].xla,

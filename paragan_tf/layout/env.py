@@ -16,7 +16,8 @@ import os
 from typing import Dict, Optional
 
 from paragan_tf.errors import ConfigError
-from paragan_tf.layout.rules import Hardware, Measured, ONEDNN_ENV, SWITCHES, THREAD_ENV
+from paragan_tf.layout.choice import Choice
+from paragan_tf.layout.rules import Hardware, ONEDNN_ENV, SWITCHES, THREAD_ENV
 
 # TensorFlow turns oneDNN on by default on Linux x86 CPUs with any of these (its
 # util.cc, DefaultOneDnnPolicy); elsewhere it is off unless TF_ENABLE_ONEDNN_OPTS=1.
@@ -57,30 +58,28 @@ def for_restart(environment: Dict[str, str]) -> Dict[str, str]:
 
 
 def environment(hardware: Hardware, onednn: str = "auto",
-                measured: Optional[Measured] = None,
+                measured: Optional[Choice] = None,
                 threads_pinned: bool = False) -> Dict[str, str]:
     """The environment variables a process needs for its layout (before TensorFlow loads).
 
-    A pinned `layout.onednn` comes first, then the measurement; thread counts only when
-    strategy.intra_op_threads/inter_op_threads do not pin them (the strategy sets those
-    itself); variables the user set are left alone (environment_pins). Empty when
-    TensorFlow's defaults are what was chosen.
+    A pinned `layout.onednn` comes first, then the measurement's own (`Choice.environment`);
+    thread counts only when strategy.intra_op_threads/inter_op_threads do not pin them (the
+    strategy sets those itself); variables the user set are left alone (environment_pins).
+    Empty when TensorFlow's defaults are what was chosen.
     """
     if onednn not in SWITCHES:
         raise ConfigError(f"layout.onednn={onednn!r} must be auto, on or off")
-    wanted: Dict[str, str] = {}
+    wanted = measured.environment() if measured is not None else {}
+    if threads_pinned:
+        for name in THREAD_ENV:
+            wanted.pop(name, None)
     if hardware.x86_cpu:
         if onednn != "auto":
             wanted[ONEDNN_ENV] = "1" if onednn == "on" else "0"
-        elif measured is not None and measured.onednn is not None:
-            wanted[ONEDNN_ENV] = "1" if measured.onednn else "0"
     elif onednn != "auto":
         raise ConfigError(f"layout.onednn={onednn!r}: oneDNN's switch exists on x86 CPUs "
                           f"only; this is {hardware.accelerator} ({hardware.cpu_model})")
-    if measured is not None and not threads_pinned:
-        for name, value in zip(THREAD_ENV, (measured.intra_op_threads,
-                                            measured.inter_op_threads)):
-            if value:
-                wanted[name] = str(value)
+    else:
+        wanted.pop(ONEDNN_ENV, None)
     pins = environment_pins()
     return {k: v for k, v in wanted.items() if k not in pins}

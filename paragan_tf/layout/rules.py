@@ -45,7 +45,7 @@ import dataclasses
 import math
 import os
 import platform
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Optional, Tuple
 
 from absl import logging
 import gin
@@ -53,6 +53,9 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
+
+if TYPE_CHECKING:  # the tuner's Choice (layout/choice.py) imports this module
+    from paragan_tf.layout.choice import Choice
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 SWITCHES = ("auto", "on", "off")
@@ -154,26 +157,6 @@ class LayoutConfig:
         """What the gin config fixes of what the tuner would otherwise try."""
         return {name: getattr(self, name) for name in ("precision", "xla", "onednn")
                 if getattr(self, name) != "auto"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Measured:
-    """What a timing of the step chose for `auto` (layout/tuning.py)."""
-
-    xla: bool
-    onednn: Optional[bool]  # None: no switch on this hardware
-    intra_op_threads: int = 0  # 0: TensorFlow's default
-    inter_op_threads: int = 0
-    precision: Optional[str] = None  # set only where bfloat16 was timed slower than float32
-    source: str = "cache"  # "cache" (an earlier run measured it) or "measured" (this run)
-    seconds_per_step: Optional[float] = None
-
-    def describe(self) -> str:
-        threads = (f"threads {self.intra_op_threads}/{self.inter_op_threads}"
-                   if self.intra_op_threads or self.inter_op_threads else "threads default")
-        return (f"XLA {_on(self.xla)}, oneDNN "
-                f"{'n/a' if self.onednn is None else _on(self.onednn)}, {threads}"
-                + (f", {self.precision}" if self.precision else ""))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,6 +277,11 @@ def xla_blocker(strategy: Optional[tf.distribute.Strategy], hardware: Hardware
     return None
 
 
+def rule_xla(hardware: Hardware) -> bool:
+    """XLA by the rule, before any measurement: on accelerators only."""
+    return hardware.accelerator in ("tpu", "gpu")
+
+
 def rule_precision(hardware: Hardware) -> Tuple[str, str]:
     """(precision, why) by the rule of the module doc."""
     unit = hardware.bf16_unit
@@ -311,7 +299,7 @@ def run_precision(hardware: Hardware, configured: str) -> str:
 
 
 def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None,
-           config: Optional[LayoutConfig] = None, measured: Optional[Measured] = None,
+           config: Optional[LayoutConfig] = None, measured: Optional["Choice"] = None,
            xla_blocked: Optional[str] = None) -> Layout:
     """The layout for `hardware` under `strategy`.
 
@@ -341,7 +329,7 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
         elif measured is not None:
             use_xla, why = measured.xla, f"{measured.source}: {measured.describe()}"
         else:
-            use_xla = hardware.accelerator in ("tpu", "gpu")
+            use_xla = rule_xla(hardware)
             why = (f"compiles the step on {hardware.accelerator.upper()}" if use_xla else
                    "the rule for CPUs (no measurement of this step on this machine yet)")
         reasons.append(f"XLA {_on(use_xla)}: {why}")

@@ -11,7 +11,6 @@ step, keeps to a deadline, and times the survivors in interleaved rounds.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import select
@@ -110,7 +109,7 @@ def measure(stage: Sequence[layout_candidates.Candidate], config_file: str, roun
 
     def row(candidate, error=None, startup=None, probe=None):
         rows[candidate.name] = dict(
-            candidate=dataclasses.asdict(candidate), name=candidate.name,
+            candidate=candidate.settings(), name=candidate.name,
             seconds_per_step=None, rounds=[], steps_per_timing=None,
             startup_seconds=None if startup is None else round(startup, 1),
             train_step_flops=(probe.ready or {}).get("train_step_flops") if probe else None,

@@ -33,7 +33,6 @@ same step shape and strategy, or the rules.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -44,6 +43,7 @@ from absl import logging
 import tensorflow as tf
 
 from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout.choice import Choice
 from paragan_tf.layout import cache as layout_cache
 from paragan_tf.layout import env as layout_env
 from paragan_tf.layout import candidates as layout_candidates
@@ -164,7 +164,7 @@ def _report(rows: Sequence[dict], progress: Callable[[str], None]) -> None:
 
 
 def settle(settings, allow_measuring: bool = True,
-           progress: Callable[[str], None] = logging.info) -> Optional[layout_lib.Measured]:
+           progress: Callable[[str], None] = logging.info) -> Optional[Choice]:
     """`auto`'s measured settings for the parsed gin config: from the cache, or measured
     now (and cached) when tuning is allowed; None where the rules decide."""
     kind = settings.strategy.kind
@@ -209,7 +209,7 @@ def settle(settings, allow_measuring: bool = True,
                         if layout_candidates.Candidate(**r["candidate"]) == winner), None)
         flops = next((r["train_step_flops"] for r in rows if r.get("train_step_flops")), None)
         unwritten = layout_cache.write(key, dict(
-            facts, choice=dataclasses.asdict(winner), seconds_per_step=seconds,
+            facts, choice=winner.settings(), seconds_per_step=seconds,
             train_step_flops=flops, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             record=record))
     untimed = sum("time budget" in (r.get("error") or "") for r in rows)
@@ -218,11 +218,11 @@ def settle(settings, allow_measuring: bool = True,
                                                f"cached in {layout_cache.path()} (key {key})")
              + (f"; {untimed} candidate(s) not timed within the budget (layout.tune = 'again' "
                 f"with a larger layout.tune_seconds times them)" if untimed else ""))
-    return winner.measured("measured", seconds, precision)
+    return winner.timed("measured", seconds)
 
 
 def _from_cache(key: str, precision: str, progress: Callable[[str], None]
-                ) -> Optional[layout_lib.Measured]:
+                ) -> Optional[Choice]:
     found = cached(key)
     if not found:
         return None
@@ -230,11 +230,10 @@ def _from_cache(key: str, precision: str, progress: Callable[[str], None]
     progress(f"layout: {chosen.name} from the cache {layout_cache.path()} (key {key}, "
              f"measured {entry.get('date', 'at an unrecorded date')})")
     seconds = entry.get("seconds_per_step")
-    return chosen.measured("cache", seconds if isinstance(seconds, (int, float)) else None,
-                           precision)
+    return chosen.timed("cache", seconds if isinstance(seconds, (int, float)) else None)
 
 
-def restart_environment(settings, measured: Optional[layout_lib.Measured]
+def restart_environment(settings, measured: Optional[Choice]
                         ) -> Dict[str, str]:
     """The variables this process lacks for its layout (empty: it has what it needs)."""
     onednn = settings.layout.onednn

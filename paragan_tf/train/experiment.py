@@ -27,6 +27,7 @@ import tf_keras as keras
 
 from paragan_tf import config as gin_config
 from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout.choice import Choice
 from paragan_tf.data import class_groups
 from paragan_tf.data import class_list
 from paragan_tf.data import config as data_config
@@ -158,7 +159,7 @@ class Experiment:
 
 def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = True,
           settings: Optional[Settings] = None,
-          measured: Optional[layout_lib.Measured] = None) -> Experiment:
+          measured: Optional[Choice] = None) -> Experiment:
     """Builds the run described by `settings` (default: read from the current gin config).
     Raises ConfigError on bad settings.
 

@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout.choice import Choice
 from paragan_tf.layout import env as layout_env
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
@@ -82,7 +83,7 @@ def test_layout_settings_are_read_with_the_runs_settings_and_refused_by_name(
 
 
 def test_a_measurement_decides_only_what_the_rules_leave_to_it():
-    faster_xla = layout_lib.Measured(xla=True, onednn=True, source="cache")
+    faster_xla = Choice(xla=True, onednn=True, source="cache")
     chosen = layout_lib.choose(CPU_AVX2, ONE_DEVICE, measured=faster_xla)
     assert chosen.xla and chosen.source == "cache" and chosen.precision == "float32"
     assert any(r.startswith("XLA on: cache") for r in chosen.reasons)
@@ -91,7 +92,7 @@ def test_a_measurement_decides_only_what_the_rules_leave_to_it():
                                  measured=faster_xla).xla
     assert not layout_lib.choose(CPU_AVX2, mirrored_2(), measured=faster_xla).xla
     # A precision is taken from a measurement only when the config leaves it to `auto`.
-    bf16_slower = layout_lib.Measured(xla=False, onednn=True, precision="float32")
+    bf16_slower = Choice(xla=False, onednn=True, precision="float32")
     assert layout_lib.choose(CPU_AVX512_BF16, ONE_DEVICE,
                              measured=bf16_slower).precision == "float32"
     assert layout_lib.choose(CPU_AVX512_BF16, ONE_DEVICE, Config(precision="mixed_bfloat16"),
@@ -105,7 +106,7 @@ def test_a_measurement_decides_only_what_the_rules_leave_to_it():
 def test_process_settings_come_from_pins_then_the_measurement(monkeypatch):
     for name in ("TF_ENABLE_ONEDNN_OPTS",) + layout_lib.THREAD_ENV:
         monkeypatch.delenv(name, raising=False)
-    measured = layout_lib.Measured(xla=False, onednn=True, intra_op_threads=2,
+    measured = Choice(xla=False, onednn=True, intra_op_threads=2,
                                    inter_op_threads=1)
     assert layout_env.environment(CPU_AVX2, measured=measured) == {
         "TF_ENABLE_ONEDNN_OPTS": "1", "TF_NUM_INTRAOP_THREADS": "2",

@@ -3,7 +3,6 @@ injected timings, the cache and its key, and one real tuning run of bin/train.py
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -108,7 +107,7 @@ def _fake_measure(seconds_of, calls):
     def measure(stage, config_file, rounds, deadline, progress, **_):
         assert os.path.exists(config_file)  # the children would parse it
         calls.append(list(stage))
-        return [dict(candidate=dataclasses.asdict(c), name=c.name,
+        return [dict(candidate=c.settings(), name=c.name,
                      seconds_per_step=seconds_of(c), rounds=[seconds_of(c)] * rounds,
                      steps_per_timing=5, startup_seconds=1.0, error=None) for c in stage]
     return measure
@@ -310,7 +309,7 @@ def test_the_benchmark_times_every_candidate_without_a_budget_or_a_drop(monkeypa
 @pytest.fixture
 def settle_here(no_env_pins, monkeypatch, tiny_gin, tmp_path):
     """settle() on this AVX2 CPU with injected timings, its cache in tmp_path: a function of
-    extra bindings returning (the Measured, the lines it logged); `.calls`, each stage
+    extra bindings returning (the Choice, the lines it logged); `.calls`, each stage
     measure() was asked to time."""
     monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "layouts.json"))
     monkeypatch.delenv(layout_tuning.TUNE_ENV, raising=False)
