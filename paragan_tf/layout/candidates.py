@@ -31,12 +31,17 @@ def candidates(hardware: layout_lib.Hardware, pins: Dict[str, object], strategy,
     `strategy`: the run's StrategyConfig (its kind, its pinned thread counts)."""
     notes, kind = [], strategy.kind
     env_pins = layout_env.environment_pins()
+    # The strategy does not exist yet: its replicas as make_strategy will make them (tuning
+    # runs under one_device and mirrored only; mirrored on a CPU splits it in num_logical_cpus).
+    replicas = max(1, strategy.num_logical_cpus) if kind == "mirrored" else 1
+    blocker = layout_lib.blocks_xla("MirroredStrategy" if kind == "mirrored" else kind,
+                                    replicas, hardware)
     if "xla" in pins:
         xlas = [pins["xla"] == "on"]
         notes.append(f"XLA pinned {pins['xla']} (layout.xla)")
-    elif hardware.accelerator == "cpu" and kind == "mirrored":
+    elif blocker:
         xlas = [False]
-        notes.append("XLA not tried: MirroredStrategy on CPU devices does not support XLA")
+        notes.append(f"XLA not tried: {blocker}")
     else:
         xlas = [False, True]
     default = layout_env.onednn_default(hardware)

@@ -268,12 +268,22 @@ def _tile_multiple(hardware: Hardware) -> int:
 def xla_blocker(strategy: Optional[tf.distribute.Strategy], hardware: Hardware
                 ) -> Optional[str]:
     """None when XLA can compile the per-replica step here, else why not."""
-    if strategy is None or hardware.accelerator == "tpu":
+    if strategy is None:
         return None
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
+    return blocks_xla(type(strategy).__name__, strategy.num_replicas_in_sync, hardware,
+                      isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy))
+
+
+def blocks_xla(strategy_name: str, replicas: int, hardware: Hardware,
+               parameter_server: bool = False) -> Optional[str]:
+    """The rule behind xla_blocker, from what the strategy will be (the tuner asks before
+    one exists): None when XLA can compile the per-replica step, else why not."""
+    if hardware.accelerator == "tpu":
+        return None
+    if parameter_server:
         return "ParameterServerStrategy closures are not compiled"
-    if hardware.accelerator == "cpu" and strategy.num_replicas_in_sync > 1:
-        return f"{type(strategy).__name__} on CPU devices does not support XLA"
+    if hardware.accelerator == "cpu" and replicas > 1:
+        return f"{strategy_name} on CPU devices does not support XLA"
     return None
 
 
