@@ -53,8 +53,9 @@ def _main() -> int:
     # The layout measured on this machine (cached; the first run of a step shape times
     # its candidates); oneDNN and the thread counts need TensorFlow restarted.
     measured = layout_tuning.settle(settings, allow_measuring=not FLAGS.dry_run)
-    if not FLAGS.dry_run:
-        common.restart_with(layout_tuning.restart_environment(settings, measured))
+    # A dry run too: a pinned layout.onednn against TensorFlow's default is refused unless
+    # TensorFlow starts with it.
+    common.restart_with(layout_tuning.restart_environment(settings, measured))
     if not FLAGS.dry_run:  # before any work: the folder, and nobody else training in it
         model_dir_lib.check(model_dir)
         if cluster.writes_model_dir(settings.strategy.kind, settings.cluster):
