@@ -9,11 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, Optional
 
-from paragan_tf.layout.rules import ONEDNN_ENV, PRECISIONS, THREAD_ENV
-
-
-def _on_off(flag: bool) -> str:
-    return "on" if flag else "off"
+from paragan_tf.layout.rules import ONEDNN_ENV, PRECISIONS, THREAD_ENV, on_off
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +30,9 @@ class Choice:
 
     @property
     def name(self) -> str:
-        parts = [f"xla={_on_off(self.xla)}"]
+        parts = [f"xla={on_off(self.xla)}"]
         if self.onednn is not None:
-            parts.append(f"onednn={_on_off(self.onednn)}")
+            parts.append(f"onednn={on_off(self.onednn)}")
         parts.append(f"threads={self.intra_op_threads or 'default'}/"
                      f"{self.inter_op_threads or 'default'}")
         parts.append(self.precision)
@@ -77,6 +73,6 @@ class Choice:
     def describe(self) -> str:
         threads = (f"threads {self.intra_op_threads}/{self.inter_op_threads}"
                    if self.intra_op_threads or self.inter_op_threads else "threads default")
-        return (f"XLA {_on_off(self.xla)}, oneDNN "
-                f"{'n/a' if self.onednn is None else _on_off(self.onednn)}, {threads}"
+        return (f"XLA {on_off(self.xla)}, oneDNN "
+                f"{'n/a' if self.onednn is None else on_off(self.onednn)}, {threads}"
                 + (f", {self.precision}" if self.precision else ""))

@@ -182,7 +182,8 @@ class Layout:
                     reasons=list(self.reasons))
 
 
-def _on(flag: bool) -> str:
+def on_off(flag: bool) -> str:
+    """A switch as the logs and the choices' names spell it: on or off."""
     return "on" if flag else "off"
 
 
@@ -342,20 +343,20 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
             use_xla = rule_xla(hardware)
             why = (f"compiles the step on {hardware.accelerator.upper()}" if use_xla else
                    "the rule for CPUs (no measurement of this step on this machine yet)")
-        reasons.append(f"XLA {_on(use_xla)}: {why}")
+        reasons.append(f"XLA {on_off(use_xla)}: {why}")
     else:
         use_xla = xla == "on"
     in_effect = onednn_in_effect(hardware)
     if onednn != "auto" and in_effect is not None and in_effect != (onednn == "on"):
         raise ConfigError(f"layout.onednn={onednn!r} but this process started TensorFlow "
-                          f"with oneDNN {_on(in_effect)}: set {ONEDNN_ENV}="
+                          f"with oneDNN {on_off(in_effect)}: set {ONEDNN_ENV}="
                           f"{int(onednn == 'on')} before TensorFlow is imported (bin/train.py "
                           "does so itself)")
     if in_effect is not None:
         wanted = measured.onednn if measured and onednn == "auto" else None
-        reasons.append(f"oneDNN {_on(in_effect)}" + (
+        reasons.append(f"oneDNN {on_off(in_effect)}" + (
             "" if wanted is None or wanted == in_effect else
-            f" (the measurement chose {_on(wanted)}; start TensorFlow with {ONEDNN_ENV}="
+            f" (the measurement chose {on_off(wanted)}; start TensorFlow with {ONEDNN_ENV}="
             f"{int(wanted)}, as bin/train.py does)"))
     intra, inter = threads_in_effect()
     multiple = 1
@@ -372,8 +373,8 @@ def apply(layout: Layout) -> None:
     threads = (f"threads {layout.intra_op_threads or 'default'}/"
                f"{layout.inter_op_threads or 'default'}")
     logging.info("layout: %s, XLA %s, oneDNN %s, %s, channel multiple %d; source: %s (%s)",
-                 layout.precision, _on(layout.xla),
-                 "n/a" if layout.onednn is None else _on(layout.onednn), threads,
+                 layout.precision, on_off(layout.xla),
+                 "n/a" if layout.onednn is None else on_off(layout.onednn), threads,
                  layout.channel_multiple, layout.source,
                  "; ".join(layout.reasons) or "as configured")
 
