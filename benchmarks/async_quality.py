@@ -167,7 +167,7 @@ def _bindings(mode: str, batch: int, d_steps: int, log_every: int,
     return MODES[mode] + [f"train.batch_size={batch}", "train.total_steps=100000000",
                           f"train.log_every={log_every * (1 if synchronous else 2)}",
                           f"train.checkpoint_every={checkpoint_every}",
-                          "train.sample_every=100000000", "eval.every_steps=0"]
+                          "train.sample_every=0", "eval.every_steps=0"]
 
 
 def _run(mode: str, policy: str, condition: str, repeat: int, work_dir: str,

@@ -37,7 +37,8 @@ class TrainConfig:
       ema_start_step: before this step the EMA generator equals G.
       log_every: steps between progress lines and scalar summaries.
       checkpoint_every: steps between checkpoints (one is always written at the end).
-      sample_every: steps between sample grids (TensorBoard and samples/ PNGs).
+      sample_every: steps between sample grids (TensorBoard and samples/ PNGs); 0: none,
+        not even after the last step (a benchmark's or a test's run).
       max_to_keep: checkpoints kept on disk.
       seed: seeds initialisation, shuffling and noise.
       simultaneous: compute the last D update and the G update from the same
@@ -87,11 +88,13 @@ class TrainConfig:
 
     def __post_init__(self):
         positive = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
-                    "log_every", "checkpoint_every", "sample_every", "max_to_keep",
-                    "max_consecutive_skips")
+                    "log_every", "checkpoint_every", "max_to_keep", "max_consecutive_skips")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"train.{name}={getattr(self, name)} must be positive")
+        if self.sample_every < 0:
+            raise ConfigError(f"train.sample_every={self.sample_every} must be >= 0 (0: no "
+                              "sample grids)")
         if not 0.0 <= self.ema_decay < 1.0:
             raise ConfigError(f"train.ema_decay={self.ema_decay} must be in [0, 1)")
         if self.ema_half_life_images < 0 or not 0.0 <= self.ema_rampup <= 1.0:

@@ -70,7 +70,7 @@ def test_the_default_experiment_learns_class_conditional_digits(tmp_path, mnist_
         "dataset.split = 'train[:4500]'", f"train.total_steps = {STEPS}",
         "Generator.ch = 8", "Discriminator.ch = 8",  # half width: see the module doc
         "train.checkpoint_every = 100000",
-        "train.sample_every = 100000", "eval.feature_extractor = 'classifier'",
+        "train.sample_every = 0", "eval.feature_extractor = 'classifier'",
         f"eval.classifier_path = '{classifier_dir}'", "eval.num_samples = 1000",
         "eval.num_real = 1000", "eval.batch_size = 250"], finalize=False)
     source = datasets.get_source("mnist5k")

@@ -28,7 +28,7 @@ from typing import Callable, List, Optional, TypeVar
 
 from tests.helpers.repo import PYTHON, REPO, relative
 
-TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
+TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=0"]
 
 STALL_FLOOR = 300.0
 STALL_FACTOR = 10.0

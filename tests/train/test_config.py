@@ -9,14 +9,16 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.train import config
 
 POSITIVE = ("total_steps", "batch_size", "d_steps", "steps_per_loop", "accumulation",
-            "log_every", "checkpoint_every", "sample_every", "max_to_keep",
-            "max_consecutive_skips")
+            "log_every", "checkpoint_every", "max_to_keep", "max_consecutive_skips")
 
 
 def test_train_settings_are_refused_by_name_when_made():
     for name in POSITIVE:
         with pytest.raises(ConfigError, match=rf"^train.{name}=0 must be positive(\n|$)"):
             config.TrainConfig(**dict(dict(total_steps=10), **{name: 0}))
+    with pytest.raises(ConfigError, match=r"^train.sample_every=-1 must be >= 0 \(0: no sample "
+                                          r"grids\)(\n|$)"):
+        config.TrainConfig(total_steps=10, sample_every=-1)
     with pytest.raises(ConfigError, match=r"train.ema_decay=1.0 must be in \[0, 1\)"):
         config.TrainConfig(total_steps=10, ema_decay=1.0)
     with pytest.raises(ConfigError, match="train.resume_input='rewind' must be 'replay' or "
@@ -25,7 +27,8 @@ def test_train_settings_are_refused_by_name_when_made():
     for name in ("clip_norm", "ortho_reg", "profile_steps", "max_minutes"):
         with pytest.raises(ConfigError, match="must be >= 0"):
             config.TrainConfig(total_steps=10, **{name: -1})
-    config.TrainConfig(total_steps=10, ema_decay=0.0, clip_norm=0.0, max_minutes=0.5)
+    config.TrainConfig(total_steps=10, ema_decay=0.0, clip_norm=0.0, max_minutes=0.5,
+                       sample_every=0)
 
 
 def test_the_ema_is_set_by_a_decay_or_a_half_life_never_both():

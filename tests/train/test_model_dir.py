@@ -18,7 +18,7 @@ from tests.helpers import clusters
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 from tests.helpers.repo import PYTHON, REPO
 
-TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=100000"]
+TINY = ["--gin_file=gin/tiny.gin", "--gin_bindings=train.sample_every=0"]
 
 
 def _error_lines(stderr: str):
