@@ -29,6 +29,7 @@ import paragan_tf  # noqa: F401  (pins tf-keras first)  pylint: disable=wrong-im
 
 import gin
 import pytest
+import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import strategy as strategy_lib
@@ -89,6 +90,18 @@ def clean_gin():
     gin.clear_config()
     yield
     gin.clear_config()
+
+
+@pytest.fixture(autouse=True)
+def graph_optimizer(request):
+    """TensorFlow's graph optimiser (Grappler) off in this process unless the test is marked
+    `grappler`. It rewrites every traced function on its first call without changing what
+    it computes, and most tests here trace a step and call it once or twice: off, the
+    training-step tests take ~20 % less CPU (benchmarks/probes/no_grappler.py). The
+    learning gate and every binary the tests start (bin/*.py) run with it on, as users do."""
+    tf.config.optimizer.set_experimental_options(
+        {"disable_meta_optimizer": request.node.get_closest_marker("grappler") is None})
+    yield
 
 
 @pytest.fixture

@@ -62,6 +62,7 @@ STEPS = 400  # width 8 at 300: accuracy 0.692 (2026-11-28)
 
 
 @pytest.mark.slow
+@pytest.mark.grappler  # trained as users train
 def test_the_default_experiment_learns_class_conditional_digits(tmp_path, mnist_classifier):
     classifier_dir, info = mnist_classifier
     assert info["test_accuracy"] > 0.9  # the judge itself must be good
