@@ -97,8 +97,9 @@ def graph_optimizer(request):
     """TensorFlow's graph optimiser (Grappler) off in this process unless the test is marked
     `grappler`. It rewrites every traced function on its first call without changing what
     it computes, and most tests here trace a step and call it once or twice: off, the
-    training-step tests take ~20 % less CPU (benchmarks/probes/no_grappler.py). The
-    learning gate and every binary the tests start (bin/*.py) run with it on, as users do."""
+    training-step tests take ~10-20 % less CPU (benchmarks/probes/no_grappler.py). A test
+    that builds an experiment gets its config's layout.graph_optimizer instead (gin/tiny.gin:
+    off, as for the binaries the tests start on it); the learning gate runs with it on."""
     tf.config.optimizer.set_experimental_options(
         {"disable_meta_optimizer": request.node.get_closest_marker("grappler") is None})
     yield

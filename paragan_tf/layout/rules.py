@@ -128,6 +128,11 @@ class LayoutConfig:
       tune: auto (measure the step once per machine and step shape, then use the
         cache), off (rules and the cache only) or again (re-measure now): layout/tuning.py.
       tune_seconds: the measurement's time budget, from its first child's start.
+      graph_optimizer: TensorFlow's graph optimiser (Grappler), which rewrites every
+        traced function on its first call (constant folding, fusions, memory
+        scheduling) without changing what it computes. Off, a run starts sooner and
+        steps slower: for runs of a few steps (the tests' gin/tiny.gin, smoke runs),
+        where it was ~20 % of a two-step multi-worker run's CPU (docs/configuration.md).
     """
 
     precision: str = "auto"
@@ -137,6 +142,7 @@ class LayoutConfig:
     channel_multiple: int = 0
     tune: str = "auto"
     tune_seconds: float = 90.0
+    graph_optimizer: bool = True
 
     def __post_init__(self):
         if self.precision not in PRECISIONS:
@@ -150,6 +156,9 @@ class LayoutConfig:
             raise ConfigError(f"layout.tune={self.tune!r} must be auto, off or again")
         if self.tune_seconds <= 0:
             raise ConfigError(f"layout.tune_seconds={self.tune_seconds} must be > 0")
+        if not isinstance(self.graph_optimizer, bool):
+            raise ConfigError(f"layout.graph_optimizer={self.graph_optimizer!r} must be True "
+                              "or False")
         if self.channel_multiple and not self.round_channels:
             raise ConfigError("layout.channel_multiple is set but layout.round_channels=False")
 
@@ -172,12 +181,14 @@ class Layout:
     intra_op_threads: int = 0  # as the process was started with them; 0: TF's default
     inter_op_threads: int = 0
     source: str = "rule"  # where `auto`'s choices came from: rule, cache or measured
+    graph_optimizer: bool = True  # LayoutConfig.graph_optimizer, as configured
 
     def as_dict(self) -> dict:
         return dict(precision=self.precision, xla=self.xla,
                     channel_multiple=self.channel_multiple, onednn=self.onednn,
                     intra_op_threads=self.intra_op_threads,
                     inter_op_threads=self.inter_op_threads, source=self.source,
+                    graph_optimizer=self.graph_optimizer,
                     accelerator=self.hardware.accelerator, bf16_unit=self.hardware.bf16_unit,
                     reasons=list(self.reasons))
 
@@ -363,13 +374,18 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
     if config.round_channels:
         multiple = config.channel_multiple or _tile_multiple(hardware)
         reasons.append(f"block widths rounded up to multiples of {multiple}")
+    if not config.graph_optimizer:
+        reasons.append("graph optimiser off (layout.graph_optimizer)")
     return Layout(precision, use_xla, multiple, hardware, tuple(reasons), in_effect, intra,
-                  inter, source)
+                  inter, source, config.graph_optimizer)
 
 
 def apply(layout: Layout) -> None:
-    """Makes `layout` the process's Keras policy; call before the models are built."""
+    """Makes `layout` the process's Keras policy and graph optimiser setting; call before
+    the models are built."""
     keras.mixed_precision.set_global_policy(layout.precision)
+    tf.config.optimizer.set_experimental_options(
+        {"disable_meta_optimizer": not layout.graph_optimizer})
     threads = (f"threads {layout.intra_op_threads or 'default'}/"
                f"{layout.inter_op_threads or 'default'}")
     logging.info("layout: %s, XLA %s, oneDNN %s, %s, channel multiple %d; source: %s (%s)",

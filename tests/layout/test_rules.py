@@ -66,7 +66,20 @@ def test_explicit_settings_override_detection_and_impossible_xla_is_refused():
         layout_lib.choose(CPU_PLAIN, ONE_DEVICE, Config(channel_multiple=16))
 
 
+def test_graph_optimizer_setting_reaches_the_process_and_is_named_in_the_log_line():
+    """layout.graph_optimizer = False turns Grappler off for the functions called after
+    `apply`, and True on again (tests/conftest.py may have left either)."""
+    for on in (False, True):
+        layout = layout_lib.choose(CPU_PLAIN, ONE_DEVICE, Config(graph_optimizer=on))
+        layout_lib.apply(layout)
+        assert tf.config.optimizer.get_experimental_options().get(
+            "disable_meta_optimizer", False) is (not on)
+        assert layout.as_dict()["graph_optimizer"] is on
+        assert any("graph optimiser off" in r for r in layout.reasons) is (not on)
+
+
 @pytest.mark.parametrize("binding,named", [
+    ("layout.graph_optimizer = 'no'", "layout.graph_optimizer='no' must be True or False"),
     ("layout.tune = 'sometimes'", "layout.tune='sometimes' must be auto, off or again"),
     ("layout.tune_seconds = 0", "layout.tune_seconds=0 must be > 0"),
     ("layout.onednn = 'yes'", "layout.onednn='yes' must be auto, on or off"),
