@@ -17,8 +17,11 @@ MIN_INTER_OP_THREADS = 4
 
 
 def serve_if_server_task(config: strategy_lib.StrategyConfig,
-                         cluster_config: cluster.ClusterConfig) -> bool:
+                         cluster_config: cluster.ClusterConfig,
+                         graph_optimizer: bool = True) -> bool:
     """Serves forever when this process is a worker/ps task of a parameter-server run.
+    `graph_optimizer`: layout.graph_optimizer, for the functions this server runs (the
+    server that runs a remote function optimises it, not the coordinator).
 
     Returns False (at once) for every other process.
     """
@@ -36,6 +39,7 @@ def serve_if_server_task(config: strategy_lib.StrategyConfig,
     config = tf.compat.v1.ConfigProto(
         intra_op_parallelism_threads=config.intra_op_threads,
         inter_op_parallelism_threads=max(MIN_INTER_OP_THREADS, config.inter_op_threads))
+    config.graph_options.rewrite_options.disable_meta_optimizer = not graph_optimizer
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=task_type, task_index=index,
                                   protocol=resolver.rpc_layer or "grpc", config=config,
                                   start=True)

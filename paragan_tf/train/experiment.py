@@ -103,10 +103,12 @@ class Settings:
     model: ModelOptions = ModelOptions()
 
     @staticmethod
-    def read_cluster() -> Tuple[strategy_lib.StrategyConfig, cluster.ClusterConfig]:
-        """The strategy and cluster options alone: all a parameter-server task needs
-        before it serves (it is started with whatever flags, maybe no experiment)."""
-        return strategy_lib.StrategyConfig(), cluster.ClusterConfig()
+    def read_cluster() -> Tuple[strategy_lib.StrategyConfig, cluster.ClusterConfig, bool]:
+        """The strategy and cluster options and layout.graph_optimizer alone: all a
+        parameter-server task needs before it serves (it is started with whatever flags,
+        maybe no experiment)."""
+        return (strategy_lib.StrategyConfig(), cluster.ClusterConfig(),
+                layout_lib.LayoutConfig().graph_optimizer)
 
     @classmethod
     def read(cls) -> "Settings":

@@ -57,3 +57,31 @@ def test_slurm_parameter_server_cluster_puts_chief_then_ps_then_workers(monkeypa
         "worker": ["localhost:30002", "localhost:30003"]}
     with pytest.raises(ConfigError, match="cluster.num_ps=3 leaves no workers"):
         cluster.resolver(cluster.ClusterConfig(source="slurm", num_ps=3))
+
+
+@pytest.mark.parametrize("graph_optimizer", [True, False])
+def test_a_parameter_server_task_serves_with_the_layouts_graph_optimizer(monkeypatch,
+                                                                         graph_optimizer):
+    """A worker of a parameter-server run optimises the remote functions it runs: its
+    server's ConfigProto carries layout.graph_optimizer (distribute/server.py)."""
+    from paragan_tf.distribute import server
+    from paragan_tf.distribute import strategy as strategy_lib
+    started = []
+
+    class Server:  # records the config instead of serving forever
+        def __init__(self, spec, job_name, task_index, protocol, config, start):
+            started.append((job_name, task_index, config))
+            self.target = "grpc://localhost:2"
+
+        def join(self):
+            pass
+
+    monkeypatch.setattr(server.tf.distribute, "Server", Server)
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]},
+        "task": {"type": "worker", "index": 0}}))
+    assert server.serve_if_server_task(strategy_lib.StrategyConfig(kind="parameter_server"),
+                                       cluster.ClusterConfig(), graph_optimizer)
+    [(job, index, config)] = started
+    assert (job, index) == ("worker", 0)
+    assert config.graph_options.rewrite_options.disable_meta_optimizer is (not graph_optimizer)
