@@ -186,7 +186,7 @@ def settle(settings, allow_measuring: bool = True,
     if os.environ.get(TUNE_ENV) == "off":
         mode = "off" if mode != "again" else mode
     if mode != "again":
-        found = _from_cache(key, precision, progress)
+        found = _from_cache(key, progress)
         if found:
             return found
     why_not = ("a dry run measures nothing" if not allow_measuring else
@@ -199,7 +199,7 @@ def settle(settings, allow_measuring: bool = True,
         return None
     with layout_cache.measuring(progress):
         # A first run of this step elsewhere may have measured it while this one waited.
-        found = _from_cache(key, precision, progress) if mode != "again" else None
+        found = _from_cache(key, progress) if mode != "again" else None
         if found:
             return found
         winner, record = tune(settings, hardware, pins, precision,
@@ -221,8 +221,7 @@ def settle(settings, allow_measuring: bool = True,
     return winner.timed("measured", seconds)
 
 
-def _from_cache(key: str, precision: str, progress: Callable[[str], None]
-                ) -> Optional[Choice]:
+def _from_cache(key: str, progress: Callable[[str], None]) -> Optional[Choice]:
     found = cached(key)
     if not found:
         return None
