@@ -190,14 +190,18 @@ def _run(mode: str, policy: str, condition: str, repeat: int, work_dir: str,
     final = quality_runs.evaluate(model_dir, classifier_dir, eval_samples, 2 * eval_samples)
     closures = ({"worker:0": final["step"], "worker:1": final["step"]} if synchronous
                 else cluster.closures_by_task(model_dir))
+    d_closures = ({w: n * d_steps for w, n in closures.items()} if synchronous
+                  else cluster.closures_by_task(model_dir, "d_closures"))
     result = {"images_per_sec": g_rate * batch * d_steps, "g_updates_per_sec": g_rate,
               "steps": final["step"], "fcd": final["fcd"],
               "conditional_accuracy": final["conditional_accuracy"],
-              "closures_by_worker": closures, "batch_per_update": batch, "d_steps": d_steps,
+              "closures_by_worker": closures, "d_closures_by_worker": d_closures,
+              "batch_per_update": batch, "d_steps": d_steps,
               "cpu_seconds": cpu}
     progress(f"{name}: {result['images_per_sec']:.1f} images/s, {final['step']} steps, "
              f"FCD {final['fcd']:.2f}, conditional accuracy "
-             f"{final['conditional_accuracy']:.3f}, closures {closures}, CPU s {cpu}")
+             f"{final['conditional_accuracy']:.3f}, closures {closures} (D {d_closures}), "
+             f"CPU s {cpu}")
     return result
 
 

@@ -117,10 +117,11 @@ def progress_rate(model_dir: str, images_per_step: int) -> float:
     return (last["step"] - first["step"]) * images_per_step / (last["time"] - first["time"])
 
 
-def closures_by_task(model_dir: str) -> Dict[str, int]:
-    """Closures each worker task ran (async_workers.json counts them by process id)."""
+def closures_by_task(model_dir: str, kind: str = "closures") -> Dict[str, int]:
+    """Closures each worker task ran (async_workers.json counts them by process id):
+    `kind` 'closures' (all) or 'd_closures' (those that read real images)."""
     with open(os.path.join(model_dir, "async_workers.json")) as f:
-        by_process = json.load(f)["closures_by_process"]
+        by_process = json.load(f)[f"{kind}_by_process"]
     with open(os.path.join(model_dir, "launch.json")) as f:
         task_of = {str(pid): task for task, pid in json.load(f).items()}
     return {task_of.get(pid, f"pid {pid}"): n for pid, n in sorted(by_process.items())}

@@ -83,9 +83,10 @@ class _Watchdog(threading.Thread):
 class _InFlight:
     """Scheduled rounds, oldest first; finishing one collects its closures' results.
 
-    Finishing round t (in order) counts its closures per worker process, adds its
-    metrics to the log window, and does the step's bookkeeping (the NaN guard's
-    counts, the EMA update from G, the step counter: train/bookkeeping.py).
+    Finishing round t (in order) counts its closures per worker process (all, and the D
+    closures apart: only they read real images, so a worker slowed by its input shows
+    there), adds its metrics to the log window, and does the step's bookkeeping (the NaN
+    guard's counts, the EMA update from G, the step counter: train/bookkeeping.py).
     """
 
     def __init__(self, exp: experiment_lib.Experiment, finished: int, watchdog: _Watchdog):
@@ -93,6 +94,7 @@ class _InFlight:
         self.rounds = collections.deque()
         self.window = collections.defaultdict(list)
         self.by_process = collections.Counter()
+        self.d_by_process = collections.Counter()
         self.consecutive = int(exp.health.consecutive.numpy())
         self.max_skips = exp.settings.train.max_consecutive_skips
         self._finish = tf.function(exp.bookkeeping.finish, autograph=False)
@@ -109,7 +111,8 @@ class _InFlight:
 
     def finish_oldest(self) -> None:
         skipped = False
-        for value in self.rounds.popleft():
+        values = self.rounds.popleft()  # d_steps D closures, then the G closure
+        for position, value in enumerate(values):
             try:
                 out = value.fetch()
             except tf.errors.UnavailableError:
@@ -120,7 +123,10 @@ class _InFlight:
                 logging.warning("metrics of a finished closure were lost with its worker")
                 self.by_process["lost"] += 1
                 continue
-            self.by_process[out.pop("process").decode()] += 1
+            process = out.pop("process").decode()
+            self.by_process[process] += 1
+            if position < len(values) - 1:
+                self.d_by_process[process] += 1
             skipped = skipped or out.pop("health/skipped") > 0.5
             for key, metric in out.items():
                 if np.isfinite(metric):
@@ -266,7 +272,8 @@ class AsyncTrainer(trainer_lib.Trainer):
         if self.inflight is None:
             return None
         return {"step": self.inflight.finished,
-                "closures_by_process": dict(self.inflight.by_process)}
+                "closures_by_process": dict(self.inflight.by_process),
+                "d_closures_by_process": dict(self.inflight.d_by_process)}
 
     def close(self) -> None:
         teardown.park(self.closures)  # its per-worker iterators (train/teardown.py)
