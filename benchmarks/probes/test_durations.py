@@ -125,6 +125,17 @@ def main(argv=None) -> int:
                        processes=sum(c["processes"] for c in costs.values()))
         print(f"\nall tests: {summary['cpu_self']:.0f} CPU s in the workers, "
               f"{summary['cpu_children']:.0f} in {summary['processes']} started processes")
+        memory = [c for c in costs.values() if "rss_mib" in c]  # recorded since 2026-11-29
+        if memory:
+            peak = {}
+            for c in memory:
+                peak[c["worker"]] = max(peak.get(c["worker"], 0), c["rss_mib"])
+            summary.update(peak_rss_mib=peak,
+                           least_available_mib=min(c["available_mib"] for c in memory),
+                           major_faults=sum(c["major_faults"] for c in memory))
+            print(f"memory: each worker's largest resident MiB {peak}; the least the machine "
+                  f"had available after a test {summary['least_available_mib']} MiB; "
+                  f"{summary['major_faults']} page faults the workers waited on disk for")
     if costs and args.before_costs:
         both = compared(read_costs(args.before_costs), costs)
         print(f"\nthe {args.top} slowest files, over the tests both cost records hold: "
