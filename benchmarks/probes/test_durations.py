@@ -4,7 +4,7 @@
         PYTEST_ARGS='--junitxml=/tmp/junit.xml'
     python benchmarks/probes/test_durations.py --junit=/tmp/junit.xml \
         --costs=/tmp/costs.jsonl [--top=25] [--json=summary.json] \
-        [--before_costs=/tmp/costs_before.jsonl]
+        [--before_costs=/tmp/costs_before.jsonl] [--before_junit=/tmp/junit_before.xml]
 
 --junit is pytest's own report (each test's set-up, call and tear-down seconds); --costs,
 optional, is what tests/helpers/costs.py recorded of the same run: CPU seconds in the test's
@@ -12,7 +12,10 @@ process and in the processes it started, and how many it started. A process's st
 dominated by importing TensorFlow: --import_cpu (measured here when not given) times the
 number of processes estimates that share. --before_costs, an earlier run's --costs file
 (possibly of a run stopped early), adds each of the slowest files' wall and CPU seconds before
-and after, summed over the tests both files hold.
+and after, summed over the tests both files hold. --before_junit, an earlier run's --junit
+(of an older checkout, whose files may have moved since), adds each of the slowest files' wall
+seconds before and after: a test is found in the earlier run by its file, or else by its name
+where that name is one test's there.
 """
 
 from __future__ import annotations
@@ -29,21 +32,24 @@ import xml.etree.ElementTree as ET
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _file_of(classname: str) -> str:
-    """tests/train/test_step.py for 'tests.train.test_step' (or '...test_step.SomeClass')."""
+def _file_of(classname: str, moved: bool = False) -> str:
+    """tests/train/test_step.py for 'tests.train.test_step' (or '...test_step.SomeClass');
+    `moved`: a file of an older checkout that may be gone here (then the whole name)."""
     parts = classname.split(".")
     for end in range(len(parts), 0, -1):
         path = os.path.join(*parts[:end]) + ".py"
         if os.path.exists(os.path.join(REPO, path)):
             return path
+    if moved:
+        return os.path.join(*parts) + ".py"
     raise ValueError(f"no test file for {classname!r}")
 
 
-def read_junit(path: str) -> dict:
+def read_junit(path: str, moved: bool = False) -> dict:
     """{test id: seconds} (set-up, call and tear-down together: pytest's 'total')."""
     tests = {}
     for case in ET.parse(path).iter("testcase"):
-        name = f"{_file_of(case.get('classname'))}::{case.get('name')}"
+        name = f"{_file_of(case.get('classname'), moved)}::{case.get('name')}"
         tests[name] = tests.get(name, 0.0) + float(case.get("time", 0.0))
     return tests
 
@@ -74,6 +80,24 @@ def compared(before: dict, after: dict) -> dict:
     return {path: tuple(row) for path, row in files.items()}
 
 
+def compared_walls(before: dict, after: dict) -> dict:
+    """{file: (tests found, wall before, wall after)}: each test of `after` found in
+    `before` by its id, or else by its name where only one test there has it."""
+    by_name = collections.defaultdict(list)
+    for name in before:
+        by_name[name.split("::", 1)[1]].append(name)
+    files = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for name, seconds in after.items():
+        row = files[name.split("::")[0]]
+        same = by_name.get(name.split("::", 1)[1], [])
+        earlier = name if name in before else (same[0] if len(same) == 1 else None)
+        if earlier is not None:
+            row[0] += 1
+            row[1] += before[earlier]
+            row[2] += seconds
+    return {path: tuple(row) for path, row in files.items()}
+
+
 def import_cpu() -> float:
     """CPU seconds of a fresh process that imports what every binary imports."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -91,6 +115,8 @@ def main(argv=None) -> int:
     parser.add_argument("--import_cpu", type=float)
     parser.add_argument("--before_costs", help="an earlier run's --costs file: each file's "
                         "wall and CPU before and after, over the tests both hold")
+    parser.add_argument("--before_junit", help="an earlier run's --junit file: each file's "
+                        "wall before and after, over the tests both hold")
     parser.add_argument("--json", help="also write the whole summary here")
     args = parser.parse_args(argv)
     tests = read_junit(args.junit)
@@ -148,6 +174,17 @@ def main(argv=None) -> int:
         print(f"  all {sums[0]} tests both hold: wall {sums[1]:.0f} -> {sums[2]:.0f} s, "
               f"CPU {sums[3]:.0f} -> {sums[4]:.0f} s")
         summary["compared"] = both
+    if args.before_junit:
+        before = read_junit(args.before_junit, moved=True)
+        walls = compared_walls(before, tests)
+        print(f"\nthe {args.top} slowest files against the earlier run ({len(before)} tests, "
+              f"{sum(before.values()):.0f} s): tests found there, of the file's; wall s "
+              f"before -> after (those tests)")
+        for path in list(files)[:args.top]:
+            n, wall_0, wall_1 = walls.get(path, (0, 0.0, 0.0))
+            held = sum(1 for name in tests if name.split("::")[0] == path)
+            print(f"  {n:3d} of {held:3d}  {wall_0:7.1f} -> {wall_1:7.1f}  {path}")
+        summary["compared_walls"] = walls
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=1)
