@@ -25,8 +25,8 @@ def test_the_sample_buffer_under_a_congested_store_on_one_worker(tmp_path, mnist
                                                                  monkeypatch):
     from benchmarks import straggler
     # 4 reads of 1.5 s at once: worker:1's D closures (8 real images) wait 3 s each, so it
-    # runs about 6 in the 15 s however slow load beside the test (other test files) makes
-    # worker:0. (Its first batch waits for a shuffle window of 64 reads: 24 s.)
+    # ran 4-8 in the 15 s against worker:0's 21-22, alone or beside two busy loops
+    # (2026-11-29). (Its first batch waits for a shuffle window of 64 reads: 24 s.)
     monkeypatch.setattr(straggler, "INPUT_LATENCY_MS", 1500.0)
     result = _suite(tmp_path, mnist_classifier[0], "sample_buffer", "slow_input")
     [run] = result["runs"]["sample_buffer"]["plain"]["slow_input"]
