@@ -12,6 +12,7 @@ from tests.helpers.repo import REPO
 # Lowest first; a module may import from its own layer and the ones before it.
 LAYERS = [
     {"paragan_tf", "paragan_tf.config", "paragan_tf.errors", "paragan_tf.files",
+     "paragan_tf.precision",
      "paragan_tf.layout", "paragan_tf.layout.rules", "paragan_tf.layout.choice",
      "paragan_tf.layout.cache",
      "paragan_tf.layout.env",

@@ -21,7 +21,7 @@ from absl import flags
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from paragan_tf.scale import devices as devices_lib  # noqa: E402
-from paragan_tf.scale import modes as modes_lib  # noqa: E402
+from paragan_tf.distribute import model_parallel  # noqa: E402
 from paragan_tf.scale import plan as plan_lib  # noqa: E402
 from paragan_tf.train import experiment  # noqa: E402
 from paragan_tf.train import planning  # noqa: E402
@@ -51,10 +51,10 @@ def _cell(row: dict, mode: str) -> str:
         return (f"{row['memory_gib_per_replica']:.1f} GiB, {row['accumulation']} x "
                 f"{row['micro_batch']}{' +rc' if row['recompute'] else ''}")
     plan = row["modes"][mode]
-    if plan.get("possible") is False or not plan.get("fits"):
+    if not plan["possible"] or not plan["fits"]:
         return "does not fit"
-    gib = plan["memory_gib_per_device"]
-    memory = f"{gib:.1f} GiB" if mode == "shard" else f"G {gib['G']:.1f} / D {gib['D']:.1f} GiB"
+    memory = " / ".join(f"{where} {gib:.1f}" for where, gib in
+                        plan["memory_gib_per_device"].items()) + " GiB"
     return (f"{memory}, {plan['accumulation']} x {plan['micro_batch']}"
             f"{' +rc' if plan['recompute'] else ''}, +{plan['extra_mib_per_step']:.0f} MiB/step")
 
@@ -63,7 +63,7 @@ def main(argv):
     del argv
     catalogue = devices_lib.catalogue(extra=CARDS)
     cards = ["gpu16", "gpu24", "a100"]
-    modes = ["shard", "split"] + [f"stages{k}" for k in modes_lib.STAGES]
+    modes = [mode.name for mode in model_parallel.PLANNED]
     print(f"| config | card | data parallel (today) | {' | '.join(modes)} | needs |")
     print("| --- | --- | --- | " + "--- | " * len(modes) + "--- |")
     for config in FLAGS.configs:

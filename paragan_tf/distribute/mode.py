@@ -1,171 +1,128 @@
-"""The parallel mode of a run: one object, made once by train/experiment.py's build from the
-`model_parallel.*` settings and the strategy, and handed to everything that depends on it.
+"""The parallel mode of a run: what every mode owns, and the default mode, `Mode`:
+replicated, data parallelism only, each replica on one device. The other modes, their
+settings (`model_parallel.*`) and the one that train/experiment.py's build makes once and
+hands down are distribute/model_parallel.py's.
 
-`Mode` owns what differs between the modes: what each strategy refuses (written once, here),
-the devices of a replica, where the networks' variables and blocks live, the device scopes
-of the step's ops (train/step.py asks it), and how an update is applied (the NaN guard asks
-it: all-reduced gradients through the keras optimizer on every replica, or Adam's moments
-sharded over the replicas, distribute/sharded_adam.py).
-
-The modes:
-- replicated (the default): data parallelism only, each replica on one device.
-- sharded optimizer state (`model_parallel.shard_optimizer=True`): replicated, with Adam's
-  moments 1/N per replica (ZeRO stage 1).
-- G/D split and pipeline stages (below), alone or together; not with sharding.
-
-With `model_parallel.placement='split'` each replica spans two devices: G, the EMA
-generator and G's optimizer state live on the first, D and its optimizer state on the
-second, and every op of the step runs beside the weights it reads (train/step.py):
-
-- D's update: G's forward for the fakes on G's device, D's forward, loss and backward
-  on D's device.
-- G's update: G's forward under its own tape on G's device; D's forward and loss under
-  a second tape on D's device, differentiated to the images only; then G's backward
-  from those image gradients (`output_gradients`) on G's device. One tape over both
-  networks would leave D's backward ops without a device: they would land on the
-  first device and hold D's activations there.
-
-With `model_parallel.stages=S` each network's residual blocks are split further into S
-contiguous pipeline stages on devices of their own (distribute/staging.py: each block's forward
-and backward on its stage's device), balanced by each block's estimated bytes (its
-weights, their Adam moments and EMA copy, its activations at the per-replica batch): G's
-stages on devices 0..S-1 and, with the split, D's on S..2S-1; without it D's stage i
-shares device i with G's.
-
-So each device holds one network, its optimizer state and its activations: the gain is
-memory. Accumulated micro-batches (`train.accumulation`) are independent, so G's next
-micro-batch can run while D works on the previous one; on separate accelerators that
-overlaps the two networks' work. On logical CPU devices (the only kind this machine
-has) both devices share the same cores: the split runs and is tested here, but it is
-never faster here, and it has not been run on GPUs.
-
-The devices of a replica:
-- `strategy.kind='one_device'` (one process, one replica): the process's first two GPUs, or,
-  without GPUs, two logical CPU devices made by splitting the CPU before TensorFlow
-  initialises.
-- `strategy.kind='multi_worker_mirrored'` (the hybrid): every worker process is one replica
-  on two logical CPU devices, G on the first (the strategy's own replica device) and D on
-  the second; each network's gradients are all-reduced across the workers as always (the
-  NaN guard does it, train/nan_guard.py). On GPU workers MultiWorkerMirroredStrategy makes
-  every visible GPU a replica of its own, so the hybrid is refused there by name; it has
-  not been run on GPUs.
-Other strategies are refused by name: a MirroredStrategy replica is one device by
-TensorFlow's design, parameter-server closures run on one worker device, TPU replicas are
-cores.
-
-The variables are placed as distribute/staging.py's `variables_on` places them.
+A mode owns what differs between the modes, each written once in its class:
+- the strategies it runs under (`strategies`; `refuse` names the others);
+- the devices of a replica (`prepare`, before TensorFlow initialises; `make`);
+- where the networks' variables and blocks live and the device scopes of the step's ops
+  (`variables_of`, `place_blocks`, `on_g`, `on_d`: train/step.py asks);
+- each network's optimizer where the mode makes it (`optimizer`), and how an all-reduced
+  update is applied (`apply`: the NaN guard asks the mode, not the optimizer's type);
+- its memory and traffic plan: on a scale-plan target (`plan`; scale/modes.py weighs the
+  modes model_parallel.PLANNED lists) and per device of a built run (`device_plans`: the
+  dry run).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
-import gin
 import tensorflow as tf
 
-from paragan_tf.distribute import sharded_adam
-from paragan_tf.distribute import staging
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.scale import memory as memory_lib
 
-PLACEMENTS = ("replica", "split")
 # What lives with G and what with D when a replica spans devices (Mode.side_of).
 G_SIDE = ("generator", "generator_ema", "g_optimizer")
 D_SIDE = ("discriminator", "d_optimizer")
-
-
-@gin.configurable("model_parallel")
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ModelParallelConfig:
-    """Where the networks live within a replica (`model_parallel.*` in gin).
-
-    Attributes:
-      placement: 'replica': G and D on the replica's devices together (data parallelism
-        only, unless `stages` > 1); 'split': G, EMA G and G's optimizer on the replica's
-        first device(s), D and its optimizer on the next (see the module doc).
-      stages: pipeline stages per network: its residual blocks over this many devices.
-      shard_optimizer: keep Adam's moments 1/N per replica over the N replicas (ZeRO
-        stage 1, distribute/sharded_adam.py); under one_device, mirrored and
-        multi_worker_mirrored, with the replica placement and one stage.
-    """
-
-    placement: str = "replica"
-    stages: int = 1
-    shard_optimizer: bool = False
-
-    def __post_init__(self):
-        if self.placement not in PLACEMENTS:
-            raise ConfigError(f"model_parallel.placement={self.placement!r} is unknown; "
-                              f"choose one of {list(PLACEMENTS)}")
-        if self.stages < 1:
-            raise ConfigError(f"model_parallel.stages={self.stages} must be >= 1")
-        if self.shard_optimizer and self.spread:
-            raise ConfigError(f"model_parallel.shard_optimizer=True is not available with "
-                              f"model_parallel.placement={self.placement!r} and "
-                              f"model_parallel.stages={self.stages} (not built yet); shard "
-                              f"with one device per replica")
-
-    @property
-    def spread(self) -> bool:
-        """Whether a replica spans more than one device."""
-        return self.devices_per_replica > 1
-
-    @property
-    def devices_per_replica(self) -> int:
-        return self.stages * (2 if self.placement == "split" else 1)
-
-    def xla_blocker(self) -> Optional[str]:
-        """Why XLA cannot compile a step under these settings, or None."""
-        if not self.spread:
-            return None
-        return ("model_parallel.placement='split' or model_parallel.stages > 1 spreads the "
-                "step over several devices, and XLA compiles a step for one")
+GRADIENT_BYTES = 4  # gradients are all-reduced in float32 under every layout
+PLAN_BATCH = 16  # examples per replica at which the plan balances pipeline stages
 
 
 @dataclasses.dataclass(frozen=True)
+class ModePlan:
+    """One mode on one scale-plan target (every mode's plan has these fields).
+
+    possible: whether `count` devices make replicas of this mode at all (`why` if not);
+    fits: whether an example per micro-batch fits a device, with the fewest micro-batches
+    (`accumulation` x `micro_batch`, `recompute` only where needed); memory per device by
+    what the device holds ('replica', or a side of the replica: 'G', 'D'); the traffic the
+    mode adds per step.
+    """
+
+    mode: str
+    setting: str
+    possible: bool = True
+    why: str = ""
+    fits: bool = False
+    replicas: int = 0
+    accumulation: int = 0
+    micro_batch: int = 0
+    recompute: bool = False
+    memory_gib_per_device: Dict[str, float] = dataclasses.field(default_factory=dict)
+    extra_mib_per_step: float = 0.0
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
 class Mode:
-    """This process's parallel mode: its settings and the devices of G's and D's stages in
-    this replica (none: the replica's own device)."""
+    """Replicated: data parallelism only, every replica on one device (the default). The
+    other modes change what differs from it."""
 
-    config: ModelParallelConfig = ModelParallelConfig()
-    g_devices: Tuple[str, ...] = ()
-    d_devices: Tuple[str, ...] = ()
+    strategies: Optional[Tuple[str, ...]] = None  # the strategy kinds it runs under; all
+    choosing = "model_parallel.placement='replica'"  # the settings choosing it, in words
+    spread = False  # whether a replica spans several devices
+
+    def __init__(self, config=None, g_devices: Tuple[str, ...] = (),
+                 d_devices: Tuple[str, ...] = ()):
+        # config: the model_parallel.ModelParallelConfig that chose the mode (None: the
+        # default's); g_devices, d_devices: G's and D's devices in this replica, where a
+        # mode spreads it.
+        self.config, self.g_devices, self.d_devices = config, g_devices, d_devices
+
+    @staticmethod
+    def chosen_by(config) -> bool:  # pylint: disable=unused-argument
+        """Whether `config` chooses this mode (the default is chosen when no other is)."""
+        return False
 
     @property
-    def spread(self) -> bool:
-        """Whether the replica spans several devices (G and D apart, or in stages)."""
-        return bool(self.g_devices)
+    def name(self) -> str:
+        """The plan's name of this mode."""
+        return "data"
 
     @property
-    def shards_optimizer(self) -> bool:
-        """Whether each replica keeps 1/N of Adam's moments."""
-        return self.config.shard_optimizer
+    def setting(self) -> str:
+        """The settings that choose this mode, as a user writes them."""
+        return "model_parallel.placement='replica'"
 
     @property
     def model_parallel(self) -> bool:
         """Whether anything beyond data parallelism places the run's state."""
-        return self.spread or self.shards_optimizer
+        return type(self) is not Mode
 
-    @property
-    def g_device(self) -> Optional[str]:
-        """G's first device (its stem, and the loss of G's update), or None."""
-        return self.g_devices[0] if self.g_devices else None
+    # Before and while the run is built.
+    @classmethod
+    def refuse(cls, config, strategy_kind: str) -> None:
+        """Refuses, by name, a strategy this mode does not run under."""
+        if cls.strategies is not None and strategy_kind not in cls.strategies:
+            raise ConfigError(f"{cls(config).setting} is available under strategy.kind in "
+                              f"{list(cls.strategies)} only, not {strategy_kind!r}")
 
-    @property
-    def d_device(self) -> Optional[str]:
-        """D's first device, or None."""
-        return self.d_devices[0] if self.d_devices else None
+    @classmethod
+    def prepare(cls, config, strategy_kind: str) -> None:
+        """What must happen before TensorFlow initialises (the devices a replica needs)."""
+        cls.refuse(config, strategy_kind)
 
-    def on_g(self):
-        """Scope for G's ops outside its blocks (a no-op without a placement)."""
-        return tf.device(self.g_device) if self.spread else contextlib.nullcontext()
+    @classmethod
+    def make(cls, config, strategy: tf.distribute.Strategy) -> "Mode":
+        """This process's mode under `strategy` (after `prepare` and the strategy)."""
+        cls.refuse(config, strategy_lib.kind_of(strategy))  # a strategy made elsewhere, too
+        return cls(config)
 
-    def on_d(self):
-        """Scope for D's ops outside its blocks (a no-op without a placement)."""
-        return tf.device(self.d_device) if self.spread else contextlib.nullcontext()
+    def xla_blocker(self) -> Optional[str]:
+        """Why XLA cannot compile the step under this mode, or None."""
+        return None
 
+    def describe(self) -> str:
+        return "G and D on the replica's device"
+
+    # Where things live.
     def side_of(self, owner: str) -> str:
         """'G' or 'D': the side whose device(s) keep the variables of `owner` ('generator',
         'generator_ema', 'discriminator', or an optimizer: 'g_optimizer', 'd_optimizer')
@@ -178,53 +135,31 @@ class Mode:
 
     def variables_of(self, owner: str):
         """Scope (inside strategy.scope()) creating the variables of `owner` where this
-        mode keeps them: on its side's first device."""
-        return staging.variables_on(self.g_device if self.side_of(owner) == "G"
-                                    else self.d_device)
+        mode keeps them."""
+        return contextlib.nullcontext()
 
     def place_blocks(self, generator, discriminator, generator_ema, batch: int) -> None:
-        """Assigns each network's blocks to its stages, balanced by their estimated bytes
-        at `batch` examples (before the models' first call; a no-op with one stage)."""
-        if len(self.g_devices) < 2:
-            return
-        stages = len(self.g_devices)
-        devices_of = {"G": self.g_devices, "D": self.d_devices}
-        for model, devices in ((generator, devices_of[self.side_of("generator")]),
-                               (generator_ema, devices_of[self.side_of("generator_ema")]),
-                               (discriminator, devices_of[self.side_of("discriminator")])):
-            if len(model.blocks) < stages:
-                raise ConfigError(f"model_parallel.stages={stages}, but {model.name} has "
-                                  f"{len(model.blocks)} residual blocks at this resolution")
-            stage_of = staging.balance(model.block_costs(batch), stages)
-            model.place_blocks([devices[s] for s in stage_of])
+        """Assigns each network's blocks to devices before the models' first call."""
 
-    def xla_blocker(self) -> Optional[str]:
-        """Why XLA cannot compile the step under this mode, or None."""
-        return self.config.xla_blocker()
+    def on_g(self):
+        """Scope for G's ops outside its blocks."""
+        return contextlib.nullcontext()
 
-    def sharded_adam(self, where: str, kind: str, compute_dtype: str, **adam):
-        """The optimizer of one network (gin scope `where`, its `optimizer.name` `kind`)
-        when this mode shards Adam's moments, else None (the caller makes a keras one)."""
-        if not self.shards_optimizer:
-            return None
-        if kind != "adam":
-            raise ConfigError(f"model_parallel.shard_optimizer shards Adam's moments; "
-                              f"{where}.name={kind!r} is not Adam")
-        if compute_dtype == "float16":
-            raise ConfigError("model_parallel.shard_optimizer is not available with "
-                              "layout.precision='mixed_float16' (its loss scaling wraps a "
-                              "keras optimizer); use 'mixed_bfloat16' or 'float32'")
-        return sharded_adam.ShardedAdam(**adam)
+    def on_d(self):
+        """Scope for D's ops outside its blocks."""
+        return contextlib.nullcontext()
+
+    # Updates.
+    def optimizer(self, where: str, kind: str, policy, **adam):
+        """The optimizer of one network (gin scope `where`, its `optimizer.name` `kind`, the
+        run's precision `policy`: paragan_tf/precision.py) when this mode makes it, else
+        None (the caller makes a keras one)."""
+        return None
 
     def apply(self, healthy: tf.Tensor, precision, grads: List[tf.Tensor], variables) -> None:
         """Applies all-reduced `grads` to `variables` when `healthy` (the same on every
-        replica), in replica context; `precision` (train/precision.py) holds the network's
+        replica), in replica context; `precision` (paragan_tf/precision.py) holds the network's
         optimizer and, under float16, updates its loss scale from `grads`, applied or not."""
-        if self.shards_optimizer:
-            # Computed on every replica's slice and kept only when healthy: no branch.
-            precision.optimizer.apply(healthy, grads, variables)
-            return
-
         def apply(grads):
             precision.inner.apply_gradients(zip(grads, variables),
                                             skip_gradients_aggregation=True)
@@ -246,79 +181,23 @@ class Mode:
             return tf.cond(healthy, update, lambda: tf.constant(False))
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
 
-    def describe(self) -> str:
-        if not self.spread:
-            return "G and D on the replica's device"
-        if len(self.g_devices) == 1:
-            return (f"G, EMA G and G's optimizer on {self.g_device}; D and its optimizer on "
-                    f"{self.d_device}")
-        return (f"G's blocks in {len(self.g_devices)} stages on {', '.join(self.g_devices)}; "
-                f"D's on {', '.join(self.d_devices)}")
+    # Plans.
+    def plan(self, model, memory: memory_lib.Plan, count: int, examples: int,
+             budget_bytes: int) -> ModePlan:
+        """This mode on `count` devices of `budget_bytes`, `examples` per device
+        (`model`: scale/plan.py's Model; `memory`: its per-replica plan)."""
+        fitted = memory.fit(examples, budget_bytes)
+        if fitted is None:
+            return ModePlan(self.name, self.setting, replicas=count)
+        accumulation, micro, recompute = fitted
+        total = dataclasses.replace(memory, accumulation=accumulation).total_bytes(
+            micro, recompute)
+        return ModePlan(self.name, self.setting, fits=True, replicas=count,
+                        accumulation=accumulation, micro_batch=micro, recompute=recompute,
+                        memory_gib_per_device={"replica": round(total / memory_lib.GIB, 2)})
 
-
-KINDS = ("one_device", "multi_worker_mirrored")
-
-
-SHARD_KINDS = ("one_device", "mirrored", "multi_worker_mirrored")
-
-
-def refuse(config: ModelParallelConfig, strategy_kind: str) -> None:
-    """Refuses, by name, the model parallelism that `strategy_kind` cannot run (the one place
-    these refusals are written)."""
-    if config.shard_optimizer and strategy_kind not in SHARD_KINDS:
-        raise ConfigError(f"model_parallel.shard_optimizer=True is available under "
-                          f"strategy.kind in {list(SHARD_KINDS)} only, not {strategy_kind!r}")
-    if config.spread and strategy_kind not in KINDS:
-        raise ConfigError(f"{_what(config)} is available under strategy.kind in {list(KINDS)} "
-                          f"only, not {strategy_kind!r}")
-
-
-def prepare_devices(config: ModelParallelConfig, strategy_kind: str) -> None:
-    """Refuses what the placement cannot run under; on a CPU-only host splits the CPU into
-    the replica's devices. Call before the strategy is made (before TensorFlow initialises)."""
-    refuse(config, strategy_kind)
-    if not config.spread:
-        return
-    what = _what(config)
-    gpus = len(tf.config.list_physical_devices("GPU"))
-    n = config.devices_per_replica
-    if strategy_kind == "multi_worker_mirrored" and gpus:
-        raise ConfigError(f"{what} under multi_worker_mirrored is not available on GPU "
-                          f"workers: MultiWorkerMirroredStrategy makes each of the {gpus} "
-                          f"GPUs a replica of its own")
-    if strategy_kind == "one_device" and gpus >= n:
-        return
-    if gpus:
-        raise ConfigError(f"{what} needs {n} GPUs in this process; it sees {gpus}")
-    strategy_lib.split_cpu(n)
-
-
-def _what(config: ModelParallelConfig) -> str:
-    """The settings that spread a replica, as a user wrote them."""
-    parts = ([f"model_parallel.placement={config.placement!r}"]
-             if config.placement != "replica" else [])
-    if config.stages > 1:
-        parts.append(f"model_parallel.stages={config.stages}")
-    return " with ".join(parts)
-
-
-def make(config: ModelParallelConfig, strategy: tf.distribute.Strategy) -> Mode:
-    """The mode of this process's replica (after prepare_devices and the strategy)."""
-    refuse(config, strategy_lib.kind_of(strategy))  # a strategy made elsewhere, too
-    if not config.spread:
-        return Mode(config)
-    n, what = config.devices_per_replica, _what(config)
-    if isinstance(strategy, tf.distribute.OneDeviceStrategy):
-        kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
-        devices = [d.name for d in tf.config.list_logical_devices(kind)]
-    else:  # multi_worker_mirrored: this worker's replica device, then the next logical
-        # CPUs of the same task.
-        first = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0])
-        local = len(tf.config.list_logical_devices(first.device_type))
-        devices = [first.replace(device_index=i).to_string() for i in range(local)]
-    if len(devices) < n:
-        raise ConfigError(f"{what} needs {n} devices per replica; this process has "
-                          f"{len(devices)}")
-    g = tuple(devices[:config.stages])
-    d = tuple(devices[config.stages:n]) if config.placement == "split" else g
-    return Mode(config, g_devices=g, d_devices=d)
+    def device_plans(self, generator, discriminator, plan: memory_lib.Plan,
+                     batch: int) -> Dict[str, memory_lib.Plan]:
+        """The memory plan of each device of a built replica at `batch` examples, keyed
+        by what the device holds (one device: the whole plan)."""
+        return {"replica": plan}

@@ -1,13 +1,13 @@
 """Pipeline stages: a residual block's forward and backward on a device of its own.
 
 With `model_parallel.stages=S` a network's blocks are split into S contiguous stages, each on
-a device of the replica (distribute/mode.py chooses the devices and the split). A staged
-block runs under its device's scope, its variables made there at the first call, and its
-backward pass runs there too: the block's forward is recorded by a tape of its own inside a
-custom gradient, and the gradient function differentiates that tape under the device's
-scope. One tape over blocks on several devices would give the backward ops no device (they
-would land on the first, with every block's activation gradients). The arithmetic is the
-unstaged block's: the same ops, in the same order.
+a device of the replica (distribute/model_parallel.py's Spread chooses the devices and the
+split). A staged block runs under its device's scope, its variables made there at the
+first call, and its backward pass runs there too: the block's forward is recorded by a tape
+of its own inside a custom gradient, and the gradient function differentiates that tape
+under the device's scope. One tape over blocks on several devices would give the backward
+ops no device (they would land on the first, with every block's activation gradients). The
+arithmetic is the unstaged block's: the same ops, in the same order.
 
 Combined with `train.recompute` the block inside is the rematerialised one: its forward is
 recomputed in the backward pass, on the stage's device.

@@ -52,12 +52,13 @@ import gin
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf import precision as precision_lib
 from paragan_tf.errors import ConfigError
 
 if TYPE_CHECKING:  # the tuner's Choice (layout/choice.py) imports this module
     from paragan_tf.layout.choice import Choice
 
-PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+PRECISIONS = ("auto", *precision_lib.POLICIES)
 SWITCHES = ("auto", "on", "off")
 # The CPU flags that decide a layout (a hardware signature lists only these).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
@@ -383,7 +384,8 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
 def apply(layout: Layout) -> None:
     """Makes `layout` the process's Keras policy and graph optimiser setting; call before
     the models are built."""
-    keras.mixed_precision.set_global_policy(layout.precision)
+    keras.mixed_precision.set_global_policy(
+        precision_lib.policy(layout.precision).keras_policy)
     tf.config.optimizer.set_experimental_options(
         {"disable_meta_optimizer": not layout.graph_optimizer})
     threads = (f"threads {layout.intra_op_threads or 'default'}/"

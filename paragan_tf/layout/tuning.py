@@ -172,7 +172,8 @@ def settle(settings, allow_measuring: bool = True,
         progress(f"layout: the rules decide under strategy.kind={kind!r} (every worker of "
                  f"a multi-process job would measure alone)")
         return None
-    blocker = settings.model_parallel.xla_blocker()
+    parallel = settings.model_parallel
+    blocker = parallel.mode_class(parallel).xla_blocker()
     if blocker:
         progress(f"layout: the rules decide: {blocker} (tuning tries XLA)")
         return None

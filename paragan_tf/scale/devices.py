@@ -51,6 +51,7 @@ from typing import Dict, Optional, Tuple
 
 import gin
 
+from paragan_tf import precision as precision_lib
 from paragan_tf.layout import rules as layout_lib
 from paragan_tf.layout import cache as layout_cache
 from paragan_tf.errors import ConfigError
@@ -84,8 +85,8 @@ class Device:
     source: str
 
     def peak_tflops(self, precision: str) -> float:
-        return {"float32": self.peak_fp32_tflops, "mixed_bfloat16": self.peak_bf16_tflops,
-                "mixed_float16": self.peak_fp16_tflops}[precision]
+        return {"fp32": self.peak_fp32_tflops, "bf16": self.peak_bf16_tflops,
+                "fp16": self.peak_fp16_tflops}[precision_lib.policy(precision).peak]
 
     def auto_precision(self) -> str:
         """What layout.precision='auto' picks on this device (paragan_tf/layout/rules.py)."""

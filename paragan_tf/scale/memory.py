@@ -36,7 +36,6 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.scale import calibration
 
@@ -280,6 +279,13 @@ class Plan:
             lo, hi = (mid, hi) if self.total_bytes(mid, recompute) <= budget_bytes else (lo, mid)
         return lo
 
+    def fit(self, examples: int, budget_bytes: int) -> Optional[Tuple[int, int, bool]]:
+        """(accumulation, micro-batch, recompute): the fewest micro-batches of `examples`
+        that fit `budget_bytes`, without recompute if possible; None if one example does
+        not fit even with recompute."""
+        return fewest(examples, lambda accumulation, micro, recompute: dataclasses.replace(
+            self, accumulation=accumulation).total_bytes(micro, recompute) <= budget_bytes)
+
     def report(self, batch: int, budget_bytes: Optional[int]) -> dict:
         """The facts `--dry_run` prints, in GiB."""
         def gib(n):
@@ -301,15 +307,26 @@ class Plan:
         return report
 
 
+def fewest(examples: int, fits: Callable[[int, int, bool], bool]
+           ) -> Optional[Tuple[int, int, bool]]:
+    """The first (accumulation, micro-batch, recompute) that `fits`, fewest micro-batches
+    first, without recompute before with it; None if none does."""
+    divisors = [a for a in range(1, examples + 1) if examples % a == 0]
+    for recompute in (False, True):
+        for accumulation in divisors:
+            if fits(accumulation, examples // accumulation, recompute):
+                return accumulation, examples // accumulation, recompute
+    return None
+
+
 def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer,
-         accumulation: int = 1, side_of: Callable[[str], str] = mode_lib.Mode().side_of
-         ) -> Plan:
+         side_of: Callable[[str], str], accumulation: int = 1) -> Plan:
     """The memory plan of built models and optimizers (traces four updates; runs nothing).
 
     Its `sides` are the plans of G's and D's devices when the two are split
-    (model_parallel.placement='split'): each holds the variables the mode's `side_of`
-    gives it (G's: G, EMA G and G's optimizer state) and its network's side of both
-    updates.
+    (model_parallel.placement='split'): each holds the variables the parallel mode's
+    `side_of(owner)` gives it (distribute/mode.py; G's: G, EMA G and G's optimizer state)
+    and its network's side of both updates.
     """
     kept = _update_activations(generator, discriminator, False)
     recomputed = _update_activations(generator, discriminator, True)

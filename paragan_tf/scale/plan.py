@@ -45,13 +45,14 @@ from typing import Dict, List, Optional, Tuple
 
 import gin
 
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import devices as devices_lib
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import modes as modes_lib
 
-GRADIENT_BYTES = modes_lib.GRADIENT_BYTES
+GRADIENT_BYTES = mode_lib.GRADIENT_BYTES
 
 
 @gin.configurable("plan")
@@ -189,19 +190,16 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     efficiency = catalogue.efficiency(device, precision)
     memory = model.memory[precision]
     budget = int(device.memory_gib * memory_lib.GIB)
-    fitted = modes_lib.fit(memory, examples, budget)
+    fitted = memory.fit(examples, budget)
     modes = modes_lib.plan_modes(model, memory, count, examples, budget)
     mode, why = modes_lib.mode_needed(fitted, modes)
     row = dict(target=target, device=device.name, count=count, precision=precision,
                peak_tflops_per_device=peak, efficiency=efficiency,
                examples_per_replica=examples, memory_gib_per_device=device.memory_gib,
-               modes=dict(modes, needed=mode, why=why))
-    settings = {"shard": "model_parallel.shard_optimizer=True",
-                "split": "model_parallel.placement='split'",
-                **{f"stages{k}": f"model_parallel.placement='split', model_parallel.stages={k}"
-                   for k in modes_lib.STAGES}}
-    split_advice = ([f"memory: {settings[mode]} ({why}; "
-                     f"{modes[mode]['extra_mib_per_step']:.0f} MiB more traffic per step)"]
+               modes=dict({name: plan.as_dict() for name, plan in modes.items()},
+                          needed=mode, why=why))
+    split_advice = ([f"memory: {modes[mode].setting} ({why}; "
+                     f"{modes[mode].extra_mib_per_step:.0f} MiB more traffic per step)"]
                     if mode in modes else [])
     if fitted is None:
         row.update(fits=False, bottleneck="memory",

@@ -5,7 +5,7 @@ Restores are strict: every object of the current run must be matched by the
 checkpoint, so a checkpoint of another architecture fails loudly instead of
 half-loading. Two objects may be on one side only, judged by comparing the
 checkpoint's objects with the run's (their paths, as the checkpoint names them): the
-float16 loss scale (train/precision.py), so that a run that moves between float16 and
+float16 loss scale (paragan_tf/precision.py), so that a run that moves between float16 and
 another precision (a V100, where `auto` picks float16, then an A100, where it picks
 bfloat16) restores everything else and a new scale starts at its initial value; and
 TensorFlow's preemption counter, which a multi-worker run stopped by SIGTERM saves
@@ -35,7 +35,7 @@ from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.errors import Diverged
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import precision as precision_lib
+from paragan_tf import precision as precision_lib
 
 
 def mismatch_error(path: str, error: Exception) -> ConfigError:

@@ -7,7 +7,7 @@ docs/configuration.md shows the table as `table()` writes it (`python -m
 paragan_tf.train.combinations` prints it; tests/train/test_combinations.py holds the two equal).
 
 Not here: a bad value of one setting (its option object refuses it as it is made), what
-needs the hardware or the built objects (distribute/mode.py: a GPU count; the sharded
+needs the hardware or the built objects (distribute/model_parallel.py: a GPU count; the sharded
 optimizer's own refusals, listed in the table from its constants), the layout's
 (paragan_tf/layout/rules.py), and the input pipeline's, which is called without settings
 (data/pipeline.py).
@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, List
 
-from paragan_tf.distribute import mode as mode_lib
+from paragan_tf.distribute import model_parallel
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 
@@ -90,11 +90,10 @@ def table() -> str:
     """The Markdown table of docs/configuration.md: these rules and the parallel modes'."""
     rows = [(r.setting + (f" with {r.condition}" if r.condition else ""), r.kind, r.why)
             for r in RULES]
-    for setting, kinds in (("model_parallel.shard_optimizer", mode_lib.SHARD_KINDS),
-                           ("model_parallel.placement='split', model_parallel.stages > 1",
-                            mode_lib.KINDS)):
+    for mode_class in model_parallel.MODES:
+        setting, kinds = mode_class.choosing, mode_class.strategies
         rows.append((setting, ", ".join(k for k in strategy_lib.KINDS if k not in kinds),
-                     f"available under {', '.join(kinds)} only (distribute/mode.py)"))
+                     f"available under {', '.join(kinds)} only (distribute/model_parallel.py)"))
     lines = ["| setting | refused under strategy.kind | why |", "| --- | --- | --- |"]
     lines += [f"| `{setting}` | {kind} | {why} |" for setting, kind, why in rows]
     return "\n".join(lines)

@@ -36,6 +36,7 @@ from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
 from paragan_tf.distribute import mode as mode_lib
+from paragan_tf.distribute import model_parallel as parallel_lib
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import subject as subject_lib
@@ -98,7 +99,7 @@ class Settings:
     cluster: cluster.ClusterConfig
     augment: augment_lib.AugmentConfig
     penalties: penalties_lib.Penalties
-    model_parallel: mode_lib.ModelParallelConfig
+    model_parallel: parallel_lib.ModelParallelConfig
     layout: layout_lib.LayoutConfig
     model: ModelOptions = ModelOptions()
 
@@ -118,7 +119,7 @@ class Settings:
                    async_train=config_lib.AsyncConfig(),
                    strategy=strategy_lib.StrategyConfig(), cluster=cluster.ClusterConfig(),
                    augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties(),
-                   model_parallel=mode_lib.ModelParallelConfig(),
+                   model_parallel=parallel_lib.ModelParallelConfig(),
                    layout=layout_lib.LayoutConfig(), model=ModelOptions.read())
 
 
@@ -186,9 +187,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     loss_fn = losses.loss()
     augment_settings, penalties = settings.augment, settings.penalties
     if strategy is None:
-        mode_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
+        parallel_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
         strategy = strategy_lib.make_strategy(settings.strategy, settings.cluster)
-    mode = mode_lib.make(settings.model_parallel, strategy)
+    mode = parallel_lib.make(settings.model_parallel, strategy)
     if mode.spread:
         logging.info("model parallel: %s", mode.describe())
     if check_data:  # after the strategy: it runs TensorFlow ops
@@ -224,7 +225,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         with mode.variables_of("discriminator"):
             biggan.build_discriminator(discriminator, data.resolution, source.channels)
         g_optimizer, d_optimizer = optimizers.make_optimizers(
-            config.batch_size * config.accumulation, mode=mode)
+            config.batch_size * config.accumulation, mode=mode, precision=layout.precision)
         with mode.variables_of("g_optimizer"):
             g_optimizer.build(generator.trainable_variables)
         with mode.variables_of("d_optimizer"):

@@ -15,7 +15,7 @@ skipped) so clipping by global norm acts on the global gradient, not on each
 replica's part. How an update is applied is the parallel mode's business
 (distribute/mode.py: on every replica, or Adam's moments sharded over them).
 
-Dynamic loss scaling (mixed_float16, train/precision.py): a float16 overflow is
+Dynamic loss scaling (mixed_float16, paragan_tf/precision.py): a float16 overflow is
 non-finite: the guard skips that step like any other, and each network's Precision
 updates its scale from the network's all-reduced gradients (halved on a non-finite one,
 never below 1; doubled after `dynamic_growth_steps` finite ones in a row). A skip
@@ -32,7 +32,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import mode as mode_lib
-from paragan_tf.train import precision as precision_lib
+from paragan_tf import precision as precision_lib
 
 
 def all_reduce(loss: tf.Tensor, grads: List[tf.Tensor]):

@@ -16,15 +16,16 @@ separately per network. A schedule then runs on the scaled rate: linear
 warm-up from ~0, then constant, linear or cosine decay. A schedule counts its
 own network's updates (D's optimizer counts D updates, d_steps per train step).
 
-Dynamic loss scaling under `layout.precision='mixed_float16'`: each optimizer is
-wrapped in tf_keras' `keras.mixed_precision.LossScaleOptimizer` (dynamic; its
-defaults: initial scale 2**15, doubled after 2000 finite updates in a row, halved
-on a non-finite one, never below 1), G's and D's each with its own scale. The
-wrapper holds the scale and its counter, checkpointed with the optimizer it wraps
-(`g_optimizer/loss_scale/current_loss_scale` and `.../good_steps`, D's alike);
-train/precision.py is what scales losses, unscales gradients and updates the scale, and
-the NaN guard (train/nan_guard.py) decides the skip and applies the update through the
-inner optimizer. float32 and mixed_bfloat16 runs get the plain optimizers. Not
+Dynamic loss scaling under `layout.precision='mixed_float16'`: its policy
+(paragan_tf/precision.py) wraps each optimizer in tf_keras' dynamic
+`keras.mixed_precision.LossScaleOptimizer` (its defaults: initial scale 2**15, doubled
+after 2000 finite updates in a row, halved on a non-finite one, never below 1), G's and
+D's each with its own scale. The wrapper holds the scale and its counter, checkpointed
+with the optimizer it wraps (`g_optimizer/loss_scale/current_loss_scale` and
+`.../good_steps`, D's alike); paragan_tf/precision.py is what scales losses, unscales
+gradients and updates the scale, and the NaN guard (train/nan_guard.py) decides the skip
+and applies the update through the inner optimizer. float32 and mixed_bfloat16 runs get
+the plain optimizers. Not
 available under ParameterServerStrategy or TPUStrategy (tf_keras refuses them: a
 ConfigError here). See docs/design.md section 5: float16 has not run on a GPU
 here, and on a CPU it is emulated (slow, not wrong).
@@ -33,12 +34,14 @@ here, and on a CPU it is emulated (slow, not wrong).
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from absl import logging
 import gin
 import tensorflow as tf
 import tf_keras as keras
 
+from paragan_tf import precision as precision_lib
 from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
 
@@ -132,7 +135,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                     hold_steps=self.hold_steps)
 
 
-@gin.configurable("optimizer", denylist=["mode"])
+@gin.configurable("optimizer", denylist=["mode", "precision"])
 def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                    learning_rate: float = gin.REQUIRED, beta_1: float = 0.0,
                    beta_2: float = 0.999, epsilon: float = 1e-8, momentum: float = 0.0,
@@ -141,7 +144,8 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
                    final_fraction: float = 0.0, hold_steps: int = 0,
                    initial_loss_scale: float = 2.0 ** 15,
                    loss_scale_growth_steps: int = 2000,
-                   mode: mode_lib.Mode = mode_lib.Mode()):
+                   mode: mode_lib.Mode = mode_lib.Mode(),
+                   precision: Optional[str] = None):
     """One network's optimizer.
 
     Args:
@@ -166,7 +170,10 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
         LossScaleOptimizer's initial_scale and dynamic_growth_steps).
       mode: the run's parallel mode (distribute/mode.py), which makes the optimizer itself
         when it shards Adam's moments (model_parallel.shard_optimizer; not a gin parameter).
+      precision: the run's layout.precision policy (paragan_tf/precision.py), which wraps the
+        optimizer for loss scaling; None: the process's tf_keras policy (not a gin parameter).
     """
+    policy = precision_lib.policy(precision or keras.mixed_precision.global_policy().name)
     where = f"{network}/optimizer"
     if name not in _CLASSES:
         raise ConfigError(f"{where}.name={name!r} is unknown; choose one of {sorted(_CLASSES)}")
@@ -204,11 +211,11 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
     rate = (peak if not warmup_steps and decay == "constant"
             else WarmupDecay(peak, warmup_steps, decay, decay_steps, final_fraction,
                              hold_steps))
-    sharded = mode.sharded_adam(where, name, keras.mixed_precision.global_policy().compute_dtype,
-                                learning_rate=rate, beta_1=beta_1, beta_2=beta_2,
-                                epsilon=epsilon, name=f"{network}_optimizer")
-    if sharded is not None:
-        return sharded
+    made = mode.optimizer(where, name, policy,
+                          learning_rate=rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
+                          name=f"{network}_optimizer")
+    if made is not None:
+        return made
     # jit_compile=False: the update runs inside our own tf.function (compiled as a
     # whole when the layout asks for XLA), and XLA is not available under
     # MirroredStrategy on logical CPU devices.
@@ -217,35 +224,15 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
         optimizer = Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **common)
     else:
         optimizer = _CLASSES[name](momentum=momentum, **common)
-    if keras.mixed_precision.global_policy().compute_dtype != "float16":
-        return optimizer
-    return _loss_scaled(optimizer, network, initial_loss_scale, loss_scale_growth_steps)
+    return policy.wrap(optimizer, network, initial_loss_scale, loss_scale_growth_steps)
 
 
-def _loss_scaled(optimizer, network: str, initial_scale: float, growth_steps: int):
-    """`optimizer` in a dynamic LossScaleOptimizer (mixed_float16); call in strategy.scope()."""
-    strategy = tf.distribute.get_strategy()
-    if isinstance(strategy, tf.distribute.experimental.ParameterServerStrategy):
-        raise ConfigError("layout.precision='mixed_float16' is not available under "
-                          "strategy.kind='parameter_server': tf_keras' dynamic loss scaling "
-                          "does not support ParameterServerStrategy; use 'mixed_bfloat16' "
-                          "or 'float32'")
-    try:
-        wrapped = keras.mixed_precision.LossScaleOptimizer(
-            optimizer, dynamic=True, initial_scale=initial_scale,
-            dynamic_growth_steps=growth_steps)
-    except ValueError as e:  # a strategy tf_keras cannot loss-scale under (TPU, ...)
-        raise ConfigError(f"layout.precision='mixed_float16' is not available under "
-                          f"{type(strategy).__name__}: {e}") from None
-    logging.info("%s: dynamic loss scaling (mixed_float16), from %g, doubled after %d "
-                 "finite updates in a row", network, initial_scale, growth_steps)
-    return wrapped
-
-
-def make_optimizers(global_batch_size: int, mode: mode_lib.Mode = mode_lib.Mode()):
-    """(G optimizer, D optimizer), each from its own gin scope, as `mode` has them."""
+def make_optimizers(global_batch_size: int, mode: mode_lib.Mode = mode_lib.Mode(),
+                    precision: Optional[str] = None):
+    """(G optimizer, D optimizer), each from its own gin scope, as `mode` and the
+    `precision` policy have them."""
     with gin.config_scope("G"):
-        g = make_optimizer("G", global_batch_size, mode=mode)
+        g = make_optimizer("G", global_batch_size, mode=mode, precision=precision)
     with gin.config_scope("D"):
-        d = make_optimizer("D", global_batch_size, mode=mode)
+        d = make_optimizer("D", global_batch_size, mode=mode, precision=precision)
     return g, d

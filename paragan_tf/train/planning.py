@@ -14,11 +14,11 @@ from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.layout import rules as layout_lib
 from paragan_tf.models import biggan
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
-from paragan_tf.scale import modes as modes_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import experiment as experiment_lib
 
@@ -35,8 +35,8 @@ def bytes_by_device(exp: experiment_lib.Experiment) -> Dict[str, int]:
 def memory_of(exp: experiment_lib.Experiment) -> memory_lib.Plan:
     """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
-                           exp.g_optimizer, exp.d_optimizer, exp.settings.train.accumulation,
-                           side_of=exp.mode.side_of)
+                           exp.g_optimizer, exp.d_optimizer, side_of=exp.mode.side_of,
+                           accumulation=exp.settings.train.accumulation)
 
 
 def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = None,
@@ -50,34 +50,14 @@ def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = No
     report = plan.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
     report["recompute"] = cfg.recompute
     if exp.mode.spread:
+        batch = cfg.batch_size // exp.strategy.num_replicas_in_sync
         report["devices"] = {
-            where: part.report(cfg.batch_size // exp.strategy.num_replicas_in_sync, budget)
-            for where, part in device_plans(exp, plan).items()}
+            where: part.report(batch, budget) for where, part in exp.mode.device_plans(
+                exp.generator, exp.discriminator, plan, batch).items()}
     report["memory_source"] = ("--memory_gib" if memory_gib else
                                f"detected {exp.layout.hardware.accelerator}" if budget else
                                "unknown: pass --memory_gib")
     return report
-
-
-def device_plans(exp: experiment_lib.Experiment, plan: memory_lib.Plan) -> Dict[str, memory_lib.Plan]:
-    """Under a placement that spreads the replica: each network's side of `plan` (its
-    weights, state and its share of the updates, scale/memory.py), split over its pipeline
-    stages by their blocks' estimated bytes, keyed "G stage k (device)" (or "G (device)"
-    with one stage). With placement 'replica' G's and D's stage k share a device: add
-    the two."""
-    batch = exp.settings.train.batch_size // exp.strategy.num_replicas_in_sync
-    parts = {}
-    for side, model, devices in (("G", exp.generator, exp.mode.g_devices),
-                                 ("D", exp.discriminator, exp.mode.d_devices)):
-        if len(devices) == 1:
-            parts[f"{side} ({devices[0]})"] = plan.sides[side]
-            continue
-        costs = model.block_costs(batch)
-        for stage, device in enumerate(devices):
-            share = sum(c for c, d in zip(costs, model.block_devices) if d == device)
-            parts[f"{side} stage {stage} ({device})"] = plan.sides[side].share(
-                share / sum(costs))
-    return parts
 
 
 def plan_model(precisions: Sequence[str],
@@ -123,8 +103,8 @@ def model_of(exp: experiment_lib.Experiment, memory: Dict[str, memory_lib.Plan],
         image_bytes=4 * exp.settings.data.resolution ** 2 * exp.source.channels,
         g_blocks=tuple(exp.generator.block_shapes),
         d_blocks=tuple(exp.discriminator.block_shapes),
-        g_block_costs=tuple(exp.generator.block_costs(modes_lib.PLAN_BATCH)),
-        d_block_costs=tuple(exp.discriminator.block_costs(modes_lib.PLAN_BATCH)))
+        g_block_costs=tuple(exp.generator.block_costs(mode_lib.PLAN_BATCH)),
+        d_block_costs=tuple(exp.discriminator.block_costs(mode_lib.PLAN_BATCH)))
 
 
 def plan_line(exp: experiment_lib.Experiment, memory: memory_lib.Plan) -> str:

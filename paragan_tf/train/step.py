@@ -9,7 +9,7 @@ gradients by it in float32 (train/optimizers.py); R1/R2's input gradient is take
 of D's scaled logits and divided back in float32, as StyleGAN's TensorFlow code
 does (see _gradient_penalties).
 
-With a split placement (distribute/mode.py) G's ops run on G's device and D's on
+With a split placement (distribute/model_parallel.py) G's ops run on G's device and D's on
 D's, and G's update is differentiated in two parts: D's tape to the images on D's
 device, then G's tape from those image gradients on G's device. Without one both
 scopes are no-ops; the two-part backward is the same arithmetic either way.
@@ -31,7 +31,7 @@ from paragan_tf.objective import losses as losses_lib
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.objective import regularizers
 from paragan_tf.train import nan_guard
-from paragan_tf.train import precision as precision_lib
+from paragan_tf import precision as precision_lib
 
 Batch = Tuple[tf.Tensor, tf.Tensor]
 

@@ -32,7 +32,7 @@ from paragan_tf.data import service as service_lib
 from paragan_tf.data import tuning
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import experiment as experiment_lib
-from paragan_tf.train import precision as precision_lib
+from paragan_tf import precision as precision_lib
 from paragan_tf.train import step as step_lib
 from paragan_tf.train import teardown
 from paragan_tf.train import trainer as trainer_lib

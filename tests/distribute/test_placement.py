@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paragan_tf.distribute import mode as mode_lib
+from paragan_tf.distribute import model_parallel
 from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
@@ -180,7 +180,7 @@ def test_what_a_split_cannot_run_under_is_refused_by_name(tiny_gin):
         experiment.build(mirrored_2())
     for kind in ("mirrored", "parameter_server", "tpu"):
         with pytest.raises(ConfigError, match=f"only, not {kind!r}"):
-            mode_lib.prepare_devices(mode_lib.ModelParallelConfig(placement="split"),
+            model_parallel.prepare_devices(model_parallel.ModelParallelConfig(placement="split"),
                                           kind)
     gin.clear_config()
     tiny_gin("model_parallel.placement = 'split'", "layout.xla = 'on'")
@@ -188,7 +188,7 @@ def test_what_a_split_cannot_run_under_is_refused_by_name(tiny_gin):
                                           "model_parallel.placement='split'"):
         experiment.build(_one_device())
     with pytest.raises(ConfigError, match="model_parallel.placement='pipe' is unknown"):
-        mode_lib.ModelParallelConfig(placement="pipe")
+        model_parallel.ModelParallelConfig(placement="pipe")
 
 
 def test_balance_gives_contiguous_stages_with_the_smallest_largest_cost():

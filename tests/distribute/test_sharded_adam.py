@@ -128,7 +128,8 @@ def test_what_sharding_cannot_run_under_is_refused_by_name(tiny_gin):
     tiny_gin(SHARD, "G/optimizer.name = 'sgd'")
     with pytest.raises(ConfigError, match="shards Adam's moments; G/optimizer.name='sgd'"):
         experiment.build(_one_device())
-    from paragan_tf.distribute import mode  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from paragan_tf.distribute import model_parallel as mode
     for kind in ("parameter_server", "tpu"):
         with pytest.raises(ConfigError, match=f"shard_optimizer=True is available under .* "
                                               f"only, not {kind!r}"):

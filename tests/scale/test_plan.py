@@ -86,6 +86,7 @@ import json
 import numpy as np
 import pytest
 
+from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import devices
 from paragan_tf.scale import memory as memory_lib
@@ -308,10 +309,10 @@ def test_fit_takes_the_fewest_micro_batches_then_recompute():
                              activations=activations(100), activations_recompute=activations(10))
     # total = 100 + 1.4 (RUNTIME_FACTOR) x 100 x micro <= 1,000: micro <= 6, and a
     # micro-batch divides the 64 examples: 16 micro-batches of 4.
-    assert modes.fit(memory, 64, 1000) == (16, 4, False)
+    assert memory.fit(64, 1000) == (16, 4, False)
     # 100 + 140 > 200 at micro 1: only recompute fits (100 + 14 x micro <= 200: 4 again).
-    assert modes.fit(memory, 64, 200) == (16, 4, True)
-    assert modes.fit(memory, 64, 100) is None
+    assert memory.fit(64, 200) == (16, 4, True)
+    assert memory.fit(64, 100) is None
 
 
 def test_the_split_plan_puts_each_network_and_its_state_on_its_own_device(imagenet128):
@@ -343,8 +344,9 @@ def test_the_split_plan_puts_each_network_and_its_state_on_its_own_device(imagen
 
 
 def test_the_mode_a_target_needs():
-    fits, recomputes, no = (dict(fits=True, recompute=False), dict(fits=True, recompute=True),
-                            dict(fits=False))
+    def plan(**fields):
+        return mode_lib.ModePlan("m", "setting", **fields)
+    fits, recomputes, no = plan(fits=True), plan(fits=True, recompute=True), plan()
 
     def needed(data, shard, split, stages=no):
         return modes.mode_needed(data, dict(shard=shard, split=split, stages2=stages))[0]

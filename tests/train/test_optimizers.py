@@ -13,7 +13,7 @@ import tensorflow as tf
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
 from paragan_tf.train import optimizers
-from paragan_tf.train.precision import Precision
+from paragan_tf.precision import Precision
 
 
 def test_scaling_rules():

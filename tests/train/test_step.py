@@ -17,7 +17,7 @@ from paragan_tf.objective import losses
 from paragan_tf.objective import penalties
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
-from paragan_tf.train import precision as precision_lib
+from paragan_tf import precision as precision_lib
 from paragan_tf.train import sync_trainer
 from paragan_tf.train import step as step_lib
 from tests.helpers.paper_biggan import _tiny_step
@@ -411,7 +411,7 @@ def test_lazy_r1_under_bfloat16_stays_finite(tiny_gin, tmp_path):
     assert int(exp.health.skipped.numpy()) == 0
 
 
-# --- mixed_float16: dynamic loss scaling (train/step.py, train/precision.py) ---
+# --- mixed_float16: dynamic loss scaling (train/step.py, paragan_tf/precision.py) ---
 # float16 is emulated on this CPU: slow, not wrong. Nothing here has run on a GPU.
 
 def _float16(tiny_gin, strategy, *bindings):

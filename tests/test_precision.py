@@ -1,12 +1,14 @@
-"""train/precision.py: one network's loss scaling, as the step and the NaN guard use it."""
+"""paragan_tf/precision.py: one network's loss scaling, as the step and the NaN guard use it."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.train.precision import Precision, differs_across_precisions
+from paragan_tf.errors import ConfigError
+from paragan_tf.precision import POLICIES, Precision, differs_across_precisions, policy
 
 
 def test_without_a_loss_scale_nothing_is_scaled_and_nothing_lowers():
@@ -41,3 +43,18 @@ def test_only_an_optimizers_loss_scale_differs_across_precisions():
     assert not differs_across_precisions("g_optimizer/iter")
     assert not differs_across_precisions("loss_scale")
     assert not differs_across_precisions("generator/blocks/0/loss_scale_kernel")
+
+
+def test_every_policy_is_a_layout_choice_with_its_peak_and_an_unknown_one_is_refused():
+    from paragan_tf.layout import rules  # pylint: disable=import-outside-toplevel
+    assert rules.PRECISIONS == ("auto", "float32", "mixed_bfloat16", "mixed_float16")
+    assert {name: (p.keras_policy, p.peak, p.loss_scaling) for name, p in POLICIES.items()} == {
+        "float32": ("float32", "fp32", False), "mixed_bfloat16": ("mixed_bfloat16", "bf16", False),
+        "mixed_float16": ("mixed_float16", "fp16", True)}
+    with pytest.raises(ConfigError, match=r"layout.precision='float8'; choose one of "
+                                          r"\('auto', 'float32'"):
+        policy("float8")
+    adam = keras.optimizers.Adam()
+    assert policy("mixed_bfloat16").wrap(adam, "G", 8.0, 2) is adam
+    wrapped = policy("mixed_float16").wrap(adam, "G", 8.0, 2)
+    assert Precision(wrapped).scaling and float(wrapped.loss_scale) == 8.0
