@@ -82,6 +82,13 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
                 for k, v in metrics.items()}
 
     bookkeeping = exp.bookkeeping
+    # Op determinism refuses tf.timestamp: a deterministic run does not measure its input
+    # wait (it reports 0, and the input tuner sees no stall).
+    timed = not exp.settings.train.deterministic
+    if not timed:
+        logging.info("train.deterministic: the input wait is not measured (op determinism "
+                     "refuses tf.timestamp); perf/input_wait_frac reads 0 and the input "
+                     "pipeline's tuner keeps its settings")
 
     # autograph=False: nothing below branches on tensors, and converting every
     # Keras call made tracing take ~8 s even for the tiny test model.
@@ -90,16 +97,17 @@ def make_loop_fn(exp: experiment_lib.Experiment, gan_step: step_lib.GANStep):
         def body(i, wait, totals, kept):
             # Stateful ops run in program order inside tf.function, so the two
             # timestamps bracket exactly the time spent blocked on the iterators.
-            start = tf.timestamp()
+            start = tf.timestamp() if timed else None
             real = [next(real_it) for _ in range(gan_step.real_batches_per_step)]
             noise = [next(noise_it) for _ in range(gan_step.noise_batches_per_step)]
-            with tf.control_dependencies(tf.nest.flatten(
-                    strategy.experimental_local_results((real, noise)))):
-                arrived = tf.timestamp()
-            wait += arrived - start
+            arrived = tf.nest.flatten(strategy.experimental_local_results((real, noise)))
+            if timed:
+                with tf.control_dependencies(arrived):
+                    arrived = [tf.timestamp()]
+                wait += arrived[0] - start
             # The step waits for the timestamp (it waits for the inputs anyway): with
             # one inter-op thread the executor could otherwise run the step first.
-            with tf.control_dependencies([arrived]):
+            with tf.control_dependencies(arrived):
                 metrics = reduce(strategy.run(replica_step, args=(real, noise)))
             skipped = metrics["health/skipped"] > 0.5
             bookkeeping.finish(skipped, metrics.get("health/loss_scale_lowered", 0.0) > 0.5)
