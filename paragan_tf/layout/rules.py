@@ -34,7 +34,7 @@ Under mixed precision only the matrix work runs in the half type. Variables, the
 optimizer state (slots of float32 variables), the spectral-norm power iteration,
 batch-norm statistics, D's output layers (logits) and the losses stay float32:
 see models/layers.py, which reads its variables as float32 and casts by hand.
-mixed_float16 trains with dynamic loss scaling (train/step.py); on CPUs it is
+mixed_float16 trains with dynamic loss scaling (paragan_tf/precision.py); on CPUs it is
 emulated and slow, so `auto` picks it only on GPUs of compute capability 7.x
 (V100, T4), where no bfloat16 unit exists. It has not run on a GPU here.
 """
@@ -146,9 +146,8 @@ class LayoutConfig:
     graph_optimizer: bool = True
 
     def __post_init__(self):
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"layout.precision={self.precision!r}; choose one of "
-                              f"{PRECISIONS}")
+        if self.precision != "auto":
+            precision_lib.policy(self.precision)  # refuses an unknown one by name
         for name in ("xla", "onednn"):
             if getattr(self, name) not in SWITCHES:
                 raise ConfigError(f"layout.{name}={getattr(self, name)!r} must be auto, on "
@@ -384,8 +383,7 @@ def choose(hardware: Hardware, strategy: Optional[tf.distribute.Strategy] = None
 def apply(layout: Layout) -> None:
     """Makes `layout` the process's Keras policy and graph optimiser setting; call before
     the models are built."""
-    keras.mixed_precision.set_global_policy(
-        precision_lib.policy(layout.precision).keras_policy)
+    keras.mixed_precision.set_global_policy(precision_lib.policy(layout.precision).keras_policy)
     tf.config.optimizer.set_experimental_options(
         {"disable_meta_optimizer": not layout.graph_optimizer})
     threads = (f"threads {layout.intra_op_threads or 'default'}/"

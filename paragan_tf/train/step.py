@@ -1,20 +1,19 @@
 """The per-replica GAN step: `d_steps` discriminator updates, then one generator update.
 
 This is the function `strategy.run` executes on every replica, unchanged under
-OneDevice, Mirrored, MultiWorkerMirrored and TPU strategies. The NaN guard
-(train/nan_guard.py) all-reduces each update's gradients and applies the update
-only while the step is healthy; mixed_float16's dynamic loss scaling multiplies
-each loss by its network's scale before the tape's gradient and divides the
-gradients by it in float32 (train/optimizers.py); R1/R2's input gradient is taken
-of D's scaled logits and divided back in float32, as StyleGAN's TensorFlow code
-does (see _gradient_penalties).
+OneDevice, Mirrored, MultiWorkerMirrored and TPU strategies. It reads as the story
+(`__call__`): for each D step, D's gradients over the accumulated micro-batches (with D's
+penalties, objective/d_terms.py), checked and applied by the NaN guard (train/nan_guard.py:
+all-reduced, applied only while the step is healthy) and followed by the state that tracks
+D's outputs; then G's gradients, checked and applied; the EMA follows in the trainer's
+bookkeeping. Each network's precision (paragan_tf/precision.py) scales its loss and
+unscales its gradients; the parallel mode (distribute/mode.py) gives the device scopes.
 
 With a split placement (distribute/model_parallel.py) G's ops run on G's device and D's on
 D's, and G's update is differentiated in two parts: D's tape to the images on D's
 device, then G's tape from those image gradients on G's device. Without one both
 scopes are no-ops; the two-part backward is the same arithmetic either way.
 """
-
 from __future__ import annotations
 
 import dataclasses
@@ -24,9 +23,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import mode as mode_lib
-from paragan_tf.distribute import staging
-from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
+from paragan_tf.objective import d_terms as d_terms_lib
 from paragan_tf.objective import losses as losses_lib
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.objective import regularizers
@@ -106,9 +104,10 @@ class GANStep:
         self.g_precision = precision_lib.Precision(g_optimizer)
         self.d_precision = precision_lib.Precision(d_optimizer)
         self.loss_fn, self.config = loss_fn, config
-        self.lecam_state = lecam_state
-        if config.penalties.lecam_weight > 0 and lecam_state is None:
-            raise ValueError("penalties.lecam_weight > 0 needs the LeCam state variable")
+        # D's penalties and the state that follows its outputs (LeCam's averages, ADA's p).
+        self.d_terms = d_terms_lib.DTerms(
+            discriminator, config.penalties, self.d_precision, d_optimizer,
+            config.global_batch_size * config.accumulation, config.augment, lecam_state)
 
     @property
     def real_batches_per_step(self) -> int:
@@ -138,82 +137,14 @@ class GANStep:
                 logits = self.discriminator((inputs, both_labels), training=True)
                 fake_logits, real_logits = tf.split(logits, 2)
                 d_loss, _ = self.loss_fn(real_logits, fake_logits, fake_logits)
-                if self.config.penalties.any:
-                    d_loss += self._d_penalties(inputs, both_labels, real_logits, fake_logits, z)
+                if self.d_terms.any:
+                    d_loss += self.d_terms.terms(inputs, both_labels, real_logits, fake_logits, z)
                 loss = average_over_global_batch(d_loss, self.config.global_batch_size)
                 loss /= self.config.accumulation
                 scaled = self.d_precision.scale(loss)
             grads = self.d_precision.unscale(
                 tape.gradient(scaled, self.discriminator.trainable_variables))
         return loss, grads, real_logits, fake_logits
-
-    def _d_penalties(self, inputs, labels, real_logits, fake_logits, z) -> tf.Tensor:
-        """D's output regularisers per (fake, real) pair, float32 (objective/penalties.py)."""
-        p = self.config.penalties
-        terms = tf.zeros_like(real_logits, tf.float32)
-        if p.input_gradients:
-            terms += self._gradient_penalties(inputs, labels)
-        if p.lecam_weight > 0:
-            terms += penalties_lib.lecam(real_logits, fake_logits, self.lecam_state[0],
-                                         self.lecam_state[1], p.lecam_weight)
-        if p.bcr:
-            moved = augment_lib.consistency_transform(inputs, augment_lib.seed_from(z, 2))
-            moved_fake, moved_real = tf.split(
-                self.discriminator((moved, labels), training=True), 2)
-            terms += (penalties_lib.consistency(real_logits, moved_real, p.bcr_real) +
-                      penalties_lib.consistency(fake_logits, moved_fake, p.bcr_fake))
-        return terms
-
-    def _gradient_penalties(self, inputs, labels) -> tf.Tensor:
-        """R1 on the real half, R2 on the fake half; every `lazy_interval`-th D update x k.
-
-        A D pass of its own with training=False (no power-iteration update, so it may
-        sit in a tf.cond), differentiated with respect to a float32 input. Under loss
-        scaling, of the logits times D's scale over the examples of an update (the
-        scale each example's loss term gets in D's own backward pass, so the one dynamic
-        scale fits both passes), the input gradient divided by it in float32.
-        """
-        p = self.config.penalties
-        precision = self.d_precision
-        examples = float(self.config.global_batch_size * self.config.accumulation)
-
-        def penalty():
-            x = tf.cast(inputs, tf.float32)
-            with tf.GradientTape(watch_accessed_variables=False) as input_tape:
-                input_tape.watch(x)
-                with staging.twice():  # pipeline stages: its backward is differentiated
-                    logits = self.discriminator((x, labels), training=False)
-                total = tf.reduce_sum(tf.cast(logits, tf.float32))
-                if precision.scaling:
-                    total = precision.scale(total) / examples
-            input_grads = input_tape.gradient(total, x)
-            if precision.scaling:
-                input_grads = precision.unscale([input_grads])[0] * examples
-            fake_grads, real_grads = tf.split(input_grads, 2)
-            return p.lazy_interval * (penalties_lib.gradient_penalty(real_grads, p.r1_gamma) +
-                                      penalties_lib.gradient_penalty(fake_grads, p.r2_gamma))
-        if p.lazy_interval == 1:
-            return penalty()
-        due = tf.equal(self.d_optimizer.iterations % p.lazy_interval, 0)
-        return tf.cond(due, penalty, lambda: tf.zeros([tf.shape(inputs)[0] // 2]))
-
-    def _after_d_update(self, real_sum, fake_sum, sign_sum, count, applied) -> None:
-        """State that follows D's outputs, from this update's all-reduced sums (if applied):
-        LeCam's averages of the mean logits, ADA's r_t and p."""
-        lecam = self.config.penalties.lecam_weight > 0
-        ada = isinstance(self.config.augment, ada_lib.AdaptiveAugment)
-        if not (lecam or ada):
-            return
-        ctx = tf.distribute.get_replica_context()
-        sums = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                              tf.stack([real_sum, fake_sum, sign_sum]))
-        if lecam:
-            decay = self.config.penalties.lecam_decay
-            state = tf.convert_to_tensor(self.lecam_state)
-            moved = decay * state + (1.0 - decay) * sums[:2] / count
-            self.lecam_state.assign(tf.where(applied, moved, state))
-        if ada:
-            self.config.augment.observe(sums[2], tf.constant(count), applied)
 
     def _g_micro(self, noise: Batch, real: Optional[Batch] = None):
         """real: a real batch for losses that pair G's images with real ones (relativistic).
@@ -373,7 +304,7 @@ class GANStep:
                 g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
                 g_grads, g_norm = guard.check(g_loss, g_grads)
             guard.apply(self.d_precision, self.discriminator, grads, d_norm)
-            self._after_d_update(r, f, signs, float(cfg.global_batch_size * k), guard.healthy)
+            self.d_terms.after_update(r, f, signs, float(cfg.global_batch_size * k), guard.healthy)
         if g_grads is None:
             g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
             g_grads, g_norm = guard.check(g_loss, g_grads)

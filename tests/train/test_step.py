@@ -555,7 +555,7 @@ def test_float16_gradients_and_r1_match_float32_on_the_same_weights(tiny_gin, po
     def penalty(exp, gan_step):  # as _d_micro takes it: scaled, then unscaled
         variables = exp.discriminator.trainable_variables
         with tf.GradientTape() as tape:
-            value = tf.reduce_mean(gan_step._gradient_penalties(images, labels))
+            value = tf.reduce_mean(gan_step.d_terms.gradient_penalties(images, labels))
             scaled = gan_step.d_precision.scale(value)
         grads = tape.gradient(scaled, variables,
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)
