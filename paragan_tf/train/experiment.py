@@ -101,6 +101,8 @@ class Settings:
     penalties: penalties_lib.Penalties
     model_parallel: parallel_lib.ModelParallelConfig
     layout: layout_lib.LayoutConfig
+    g_optimizer: optimizers.OptimizerConfig  # G/optimizer.*
+    d_optimizer: optimizers.OptimizerConfig  # D/optimizer.*
     model: ModelOptions = ModelOptions()
 
     @staticmethod
@@ -120,7 +122,14 @@ class Settings:
                    strategy=strategy_lib.StrategyConfig(), cluster=cluster.ClusterConfig(),
                    augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties(),
                    model_parallel=parallel_lib.ModelParallelConfig(),
-                   layout=layout_lib.LayoutConfig(), model=ModelOptions.read())
+                   layout=layout_lib.LayoutConfig(), g_optimizer=_optimizer("G"),
+                   d_optimizer=_optimizer("D"), model=ModelOptions.read())
+
+
+def _optimizer(network: str) -> optimizers.OptimizerConfig:
+    """One network's optimizer settings, read in its gin scope."""
+    with gin.config_scope(network):
+        return optimizers.OptimizerConfig(network=network)
 
 
 @dataclasses.dataclass
@@ -225,7 +234,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         with mode.variables_of("discriminator"):
             biggan.build_discriminator(discriminator, data.resolution, source.channels)
         g_optimizer, d_optimizer = optimizers.make_optimizers(
-            config.batch_size * config.accumulation, mode=mode, precision=layout.precision)
+            (settings.g_optimizer, settings.d_optimizer), config.batch_size * config.accumulation,
+            mode=mode, precision=layout.precision)
         with mode.variables_of("g_optimizer"):
             g_optimizer.build(generator.trainable_variables)
         with mode.variables_of("d_optimizer"):

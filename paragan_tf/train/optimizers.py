@@ -33,8 +33,9 @@ here, and on a CPU it is emulated (slow, not wrong).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 from absl import logging
 import gin
@@ -135,23 +136,14 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
                     hold_steps=self.hold_steps)
 
 
-@gin.configurable("optimizer", denylist=["mode", "precision"])
-def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
-                   learning_rate: float = gin.REQUIRED, beta_1: float = 0.0,
-                   beta_2: float = 0.999, epsilon: float = 1e-8, momentum: float = 0.0,
-                   scaling_rule: str = "none", reference_batch_size: int = 0,
-                   warmup_steps: int = 0, decay: str = "constant", decay_steps: int = 0,
-                   final_fraction: float = 0.0, hold_steps: int = 0,
-                   initial_loss_scale: float = 2.0 ** 15,
-                   loss_scale_growth_steps: int = 2000,
-                   mode: mode_lib.Mode = mode_lib.Mode(),
-                   precision: Optional[str] = None):
-    """One network's optimizer.
+@gin.configurable("optimizer", denylist=["network"])
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OptimizerConfig:
+    """One network's optimizer settings (`G/optimizer.*`, `D/optimizer.*` in gin), read in
+    its gin scope by experiment.Settings and checked when made.
 
-    Args:
-      network: "G" or "D"; the gin scope the caller opened, used in messages.
-      global_batch_size: the effective global batch of one update (all replicas,
-        all accumulated micro-batches): what `scaling_rule` scales by.
+    Attributes:
+      network: "G" or "D": the gin scope it was read in, named in messages (not bound).
       name: adam, sgd or rmsprop.
       learning_rate: the base rate, tuned at `reference_batch_size`.
       beta_1, beta_2, epsilon: Adam's (BigGAN: beta_1=0, beta_2=0.999).
@@ -168,71 +160,103 @@ def make_optimizer(network: str, global_batch_size: int, name: str = "adam",
       initial_loss_scale, loss_scale_growth_steps: the dynamic loss scale's start and
         the finite updates in a row that double it (mixed_float16 only; tf_keras'
         LossScaleOptimizer's initial_scale and dynamic_growth_steps).
-      mode: the run's parallel mode (distribute/mode.py), which makes the optimizer itself
-        when it shards Adam's moments (model_parallel.shard_optimizer; not a gin parameter).
-      precision: the run's layout.precision policy (paragan_tf/precision.py), which wraps the
-        optimizer for loss scaling; None: the process's tf_keras policy (not a gin parameter).
     """
+
+    network: str = "G"
+    name: str = "adam"
+    learning_rate: float = gin.REQUIRED
+    beta_1: float = 0.0
+    beta_2: float = 0.999
+    epsilon: float = 1e-8
+    momentum: float = 0.0
+    scaling_rule: str = "none"
+    reference_batch_size: int = 0
+    warmup_steps: int = 0
+    decay: str = "constant"
+    decay_steps: int = 0
+    final_fraction: float = 0.0
+    hold_steps: int = 0
+    initial_loss_scale: float = 2.0 ** 15
+    loss_scale_growth_steps: int = 2000
+
+    def __post_init__(self):
+        where = f"{self.network}/optimizer"
+        if self.name not in _CLASSES:
+            raise ConfigError(f"{where}.name={self.name!r} is unknown; choose one of "
+                              f"{sorted(_CLASSES)}")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"{where}.learning_rate={self.learning_rate} must be positive")
+        if self.scaling_rule not in SCALING_RULES:
+            raise ConfigError(f"{where}.scaling_rule={self.scaling_rule!r}; choose one of "
+                              f"{SCALING_RULES}")
+        if self.scaling_rule != "none" and self.reference_batch_size <= 0:
+            raise ConfigError(f"{where}.scaling_rule={self.scaling_rule!r} needs "
+                              f"{where}.reference_batch_size, the batch the rate was tuned at")
+        if self.decay not in DECAYS:
+            raise ConfigError(f"{where}.decay={self.decay!r}; choose one of {DECAYS}")
+        if self.decay != "constant" and self.decay_steps <= 0:
+            raise ConfigError(f"{where}.decay={self.decay!r} needs {where}.decay_steps > 0")
+        if self.warmup_steps < 0 or self.hold_steps < 0 or \
+                not 0.0 <= self.final_fraction <= 1.0:
+            raise ConfigError(f"{where}: warmup_steps and hold_steps must be >= 0, "
+                              f"final_fraction in [0, 1]")
+        shaping = {k: v for k, v in dict(decay_steps=self.decay_steps,
+                                         final_fraction=self.final_fraction,
+                                         hold_steps=self.hold_steps).items() if v}
+        if shaping and self.decay == "constant":
+            raise ConfigError(f"{where}: {', '.join(f'{k}={v}' for k, v in shaping.items())} "
+                              f"shape a decay, but {where}.decay is 'constant'")
+        if self.initial_loss_scale < 1 or self.loss_scale_growth_steps < 1:
+            raise ConfigError(f"{where}: initial_loss_scale must be >= 1, "
+                              f"loss_scale_growth_steps >= 1")
+
+
+def make_optimizer(config: OptimizerConfig, global_batch_size: int,
+                   mode: mode_lib.Mode = mode_lib.Mode(), precision: Optional[str] = None):
+    """One network's optimizer, as `config` sets it.
+
+    Args:
+      config: the network's settings.
+      global_batch_size: the effective global batch of one update (all replicas,
+        all accumulated micro-batches): what `config.scaling_rule` scales by.
+      mode: the run's parallel mode (distribute/mode.py), which makes the optimizer itself
+        when it shards Adam's moments (model_parallel.shard_optimizer).
+      precision: the run's layout.precision policy (paragan_tf/precision.py), which wraps the
+        optimizer for loss scaling; None: the process's tf_keras policy.
+    """
+    c, network, where = config, config.network, f"{config.network}/optimizer"
     policy = precision_lib.policy(precision or keras.mixed_precision.global_policy().name)
-    where = f"{network}/optimizer"
-    if name not in _CLASSES:
-        raise ConfigError(f"{where}.name={name!r} is unknown; choose one of {sorted(_CLASSES)}")
-    if not learning_rate > 0:
-        raise ConfigError(f"{where}.learning_rate={learning_rate} must be positive")
-    if scaling_rule not in SCALING_RULES:
-        raise ConfigError(f"{where}.scaling_rule={scaling_rule!r}; choose one of {SCALING_RULES}")
-    if scaling_rule != "none" and reference_batch_size <= 0:
-        raise ConfigError(f"{where}.scaling_rule={scaling_rule!r} needs "
-                          f"{where}.reference_batch_size, the batch the rate was tuned at")
-    if decay not in DECAYS:
-        raise ConfigError(f"{where}.decay={decay!r}; choose one of {DECAYS}")
-    if decay != "constant" and decay_steps <= 0:
-        raise ConfigError(f"{where}.decay={decay!r} needs {where}.decay_steps > 0")
-    if warmup_steps < 0 or hold_steps < 0 or not 0.0 <= final_fraction <= 1.0:
-        raise ConfigError(f"{where}: warmup_steps and hold_steps must be >= 0, "
-                          f"final_fraction in [0, 1]")
-    shaping = {k: v for k, v in dict(decay_steps=decay_steps, final_fraction=final_fraction,
-                                     hold_steps=hold_steps).items() if v}
-    if shaping and decay == "constant":
-        raise ConfigError(f"{where}: {', '.join(f'{k}={v}' for k, v in shaping.items())} "
-                          f"shape a decay, but {where}.decay is 'constant'")
-    if initial_loss_scale < 1 or loss_scale_growth_steps < 1:
-        raise ConfigError(f"{where}: initial_loss_scale must be >= 1, "
-                          f"loss_scale_growth_steps >= 1")
-    peak = scaled_learning_rate(learning_rate, scaling_rule, global_batch_size,
-                                reference_batch_size)
-    logging.info("%s: %s, learning rate %.3g%s%s%s", network, name, peak,
-                 "" if scaling_rule == "none" else
-                 f" ({learning_rate:.3g} x {scaling_rule} rule: global batch {global_batch_size} "
-                 f"vs {reference_batch_size})",
-                 f", warm-up {warmup_steps} updates" if warmup_steps else "",
-                 "" if decay == "constant" else
-                 f", {decay} decay over {decay_steps} updates after {hold_steps} at the peak")
-    rate = (peak if not warmup_steps and decay == "constant"
-            else WarmupDecay(peak, warmup_steps, decay, decay_steps, final_fraction,
-                             hold_steps))
-    made = mode.optimizer(where, name, policy,
-                          learning_rate=rate, beta_1=beta_1, beta_2=beta_2, epsilon=epsilon,
-                          name=f"{network}_optimizer")
+    peak = scaled_learning_rate(c.learning_rate, c.scaling_rule, global_batch_size,
+                                c.reference_batch_size)
+    logging.info("%s: %s, learning rate %.3g%s%s%s", network, c.name, peak,
+                 "" if c.scaling_rule == "none" else
+                 f" ({c.learning_rate:.3g} x {c.scaling_rule} rule: global batch "
+                 f"{global_batch_size} vs {c.reference_batch_size})",
+                 f", warm-up {c.warmup_steps} updates" if c.warmup_steps else "",
+                 "" if c.decay == "constant" else
+                 f", {c.decay} decay over {c.decay_steps} updates after {c.hold_steps} at the "
+                 f"peak")
+    rate = (peak if not c.warmup_steps and c.decay == "constant"
+            else WarmupDecay(peak, c.warmup_steps, c.decay, c.decay_steps, c.final_fraction,
+                             c.hold_steps))
+    made = mode.optimizer(where, c.name, policy, learning_rate=rate, beta_1=c.beta_1,
+                          beta_2=c.beta_2, epsilon=c.epsilon, name=f"{network}_optimizer")
     if made is not None:
         return made
     # jit_compile=False: the update runs inside our own tf.function (compiled as a
     # whole when the layout asks for XLA), and XLA is not available under
     # MirroredStrategy on logical CPU devices.
     common = dict(learning_rate=rate, jit_compile=False, name=f"{network}_optimizer")
-    if name == "adam":
-        optimizer = Adam(beta_1=beta_1, beta_2=beta_2, epsilon=epsilon, **common)
+    if c.name == "adam":
+        optimizer = Adam(beta_1=c.beta_1, beta_2=c.beta_2, epsilon=c.epsilon, **common)
     else:
-        optimizer = _CLASSES[name](momentum=momentum, **common)
-    return policy.wrap(optimizer, network, initial_loss_scale, loss_scale_growth_steps)
+        optimizer = _CLASSES[c.name](momentum=c.momentum, **common)
+    return policy.wrap(optimizer, network, c.initial_loss_scale, c.loss_scale_growth_steps)
 
 
-def make_optimizers(global_batch_size: int, mode: mode_lib.Mode = mode_lib.Mode(),
-                    precision: Optional[str] = None):
-    """(G optimizer, D optimizer), each from its own gin scope, as `mode` and the
+def make_optimizers(configs: Tuple[OptimizerConfig, OptimizerConfig], global_batch_size: int,
+                    mode: mode_lib.Mode = mode_lib.Mode(), precision: Optional[str] = None):
+    """(G optimizer, D optimizer) from their `configs` (G's, D's), as `mode` and the
     `precision` policy have them."""
-    with gin.config_scope("G"):
-        g = make_optimizer("G", global_batch_size, mode=mode, precision=precision)
-    with gin.config_scope("D"):
-        d = make_optimizer("D", global_batch_size, mode=mode, precision=precision)
-    return g, d
+    return tuple(make_optimizer(config, global_batch_size, mode, precision)
+                 for config in configs)

@@ -136,13 +136,11 @@ def validate(runs: Sequence[Run]) -> None:
     when any is wrong."""
     # pylint: disable=import-outside-toplevel  (TensorFlow loads only when validating)
     from paragan_tf.train import experiment
-    from paragan_tf.train import optimizers
     problems = []
     for run in runs:
         try:
             experiment.parse(run.gin_files, run.bindings, finalize=False)
-            trainer = experiment.Settings.read().train
-            optimizers.make_optimizers(trainer.batch_size * trainer.accumulation)
+            experiment.Settings.read()  # the optimizers' settings too
         except ConfigError as e:
             problems.append(f"{run.name}: {str(e).splitlines()[0]}")
         finally:

@@ -16,7 +16,8 @@ from tests.helpers.repo import REPO
 
 def _settings(**changes):
     """Default settings with `changes` ({option object: {field: value}}) applied."""
-    experiment.parse([], ["train.total_steps = 1"], finalize=False)
+    experiment.parse([], ["train.total_steps = 1", "optimizer.learning_rate = 1e-4"],
+                     finalize=False)
     settings = experiment.Settings.read()
     return dataclasses.replace(settings, **{
         name: dataclasses.replace(getattr(settings, name), **fields)

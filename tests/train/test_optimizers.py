@@ -102,16 +102,22 @@ def test_policy_mistakes_are_config_errors(tiny_gin):
             experiment.build(tf.distribute.OneDeviceStrategy("/cpu:0"))
 
 
+def _configs():
+    """G's and D's optimizer settings as the parsed gin config binds them."""
+    settings = experiment.Settings.read()
+    return settings.g_optimizer, settings.d_optimizer
+
+
 def test_only_float16_wraps_each_optimizer_in_its_own_dynamic_loss_scale(tiny_gin, policy):
     import tf_keras as keras
     tiny_gin("D/optimizer.loss_scale_growth_steps = 7", "G/optimizer.initial_loss_scale = 64.0")
     for precision in ("float32", "mixed_bfloat16"):  # unchanged: the plain optimizers
         policy(precision)
-        g, d = optimizers.make_optimizers(8)
+        g, d = optimizers.make_optimizers(_configs(), 8)
         assert isinstance(g, keras.optimizers.Adam) and isinstance(d, keras.optimizers.Adam)
         assert not Precision(g).scaling and not Precision(d).scaling
     policy("mixed_float16")
-    g, d = optimizers.make_optimizers(8)
+    g, d = optimizers.make_optimizers(_configs(), 8)
     assert Precision(g).scaling and Precision(g).inner is g.inner_optimizer
     assert Precision(d).scaling and Precision(d).inner is d.inner_optimizer
     assert isinstance(g.inner_optimizer, keras.optimizers.Adam) and g.dynamic and d.dynamic
@@ -128,13 +134,13 @@ def test_float16_is_refused_by_name_where_tf_keras_cannot_scale_losses(tiny_gin,
     with central.scope():
         with pytest.raises(ConfigError, match=r"layout.precision='mixed_float16' is not "
                            r"available under CentralStorageStrategy"):
-            optimizers.make_optimizers(8)
+            optimizers.make_optimizers(_configs(), 8)
     # A parameter-server strategy needs a cluster to exist; the check reads only its type.
     ps = object.__new__(tf.distribute.experimental.ParameterServerStrategy)
     monkeypatch.setattr(tf.distribute, "get_strategy", lambda: ps)
     with pytest.raises(ConfigError, match=r"layout.precision='mixed_float16' is not available "
                        r"under strategy.kind='parameter_server'"):
-        optimizers.make_optimizers(8)
+        optimizers.make_optimizers(_configs(), 8)
     monkeypatch.undo()
     for binding in ("G/optimizer.initial_loss_scale = 0.5",
                     "D/optimizer.loss_scale_growth_steps = 0"):
@@ -142,4 +148,4 @@ def test_float16_is_refused_by_name_where_tf_keras_cannot_scale_losses(tiny_gin,
         tiny_gin(binding)
         with pytest.raises(ConfigError, match=binding.split("/")[0] + "/optimizer: "
                            "initial_loss_scale must be >= 1"):
-            optimizers.make_optimizers(8)
+            optimizers.make_optimizers(_configs(), 8)
