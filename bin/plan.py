@@ -35,11 +35,11 @@ from absl import flags
 import common
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.scale import built
 from paragan_tf.scale import devices as devices_lib
 from paragan_tf.scale import modes as modes_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import experiment
-from paragan_tf.train import planning
 from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
@@ -84,7 +84,7 @@ def _main() -> int:
         extra=_custom(FLAGS.custom_device) if FLAGS.custom_device else None)
     targets = [plan_lib.parse_target(t) for t in FLAGS.devices]
     devices = {name: catalogue.device(name) for name, _ in targets}
-    configured = planning.configured_precision()
+    configured = built.configured_precision()
     precisions = sorted({d.auto_precision() if configured == "auto" else configured
                          for d in devices.values()})
     began = time.perf_counter()
@@ -92,7 +92,7 @@ def _main() -> int:
     def progress(message: str) -> None:
         print(f"[plan] {time.perf_counter() - began:5.1f} s: {message}", file=sys.stderr,
               flush=True)
-    model = planning.plan_model(precisions, progress)
+    model = built.plan_model(precisions, progress)
     progress("planned")
     assumptions = plan_lib.Assumptions()
     rows = [plan_lib.plan_target(model, devices[name], count, catalogue, assumptions)

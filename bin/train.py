@@ -28,11 +28,11 @@ import tensorflow as tf
 from paragan_tf.distribute import cluster
 from paragan_tf.distribute import server
 from paragan_tf.errors import Diverged, Interrupted, ParameterServerLost
+from paragan_tf.scale import built
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.layout import tuning as layout_tuning
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import planning
 from paragan_tf.train import teardown
 
 FLAGS = flags.FLAGS
@@ -65,9 +65,9 @@ def _main() -> int:
     exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings, measured=measured)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
-        memory = planning.memory_of(exp)
-        facts["memory"] = planning.memory_plan(exp, FLAGS.memory_gib, memory)
-        facts["plan"] = planning.plan_line(exp, memory)
+        memory = built.memory_of(exp)
+        facts["memory"] = built.memory_plan(exp, FLAGS.memory_gib, memory)
+        facts["plan"] = built.plan_line(exp, memory)
         print(json.dumps(facts), flush=True)
         return 0
     try:

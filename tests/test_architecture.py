@@ -22,9 +22,10 @@ LAYERS = [
     {"paragan_tf.objective"},
     {"paragan_tf.generate"},
     {"paragan_tf.eval"},
-    # The layout package's tuner builds and times the training step itself.
+    # The layout package's tuner builds and times the training step itself; the scale
+    # package's `built` builds experiments to plan them.
     {"paragan_tf.train", "paragan_tf.layout.candidates", "paragan_tf.layout.timing",
-     "paragan_tf.layout.tuning", "paragan_tf.layout.probe"},
+     "paragan_tf.layout.tuning", "paragan_tf.layout.probe", "paragan_tf.scale.built"},
 ]
 MAX_LINES = 400
 

@@ -1,5 +1,5 @@
 """Where the scale plan's BigGAN-128 model (tests/scale/test_plan.py's imagenet128 fixture)
-spends its time, alone in one process: each stage of `planning.plan_model` timed.
+spends its time, alone in one process: each stage of `built.plan_model` timed.
 
     .venv/bin/python benchmarks/probes/plan_build_time.py
 
@@ -16,8 +16,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")  # as the tests run it
 
+from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-import-position
-from paragan_tf.train import planning  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def main() -> int:
@@ -31,7 +31,7 @@ def main() -> int:
         if stage[0]:
             print(f"{now - stage[1]:7.1f} s  {stage[0]}", flush=True)
         stage[:] = [message, now]
-    planning.plan_model(["float32", "mixed_bfloat16"], progress=progress)
+    built.plan_model(["float32", "mixed_bfloat16"], progress=progress)
     progress("")
     print(f"{time.monotonic() - began:7.1f} s  in all")
     return 0

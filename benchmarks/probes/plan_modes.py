@@ -20,11 +20,11 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from paragan_tf.scale import built  # noqa: E402
 from paragan_tf.scale import devices as devices_lib  # noqa: E402
 from paragan_tf.distribute import model_parallel  # noqa: E402
 from paragan_tf.scale import plan as plan_lib  # noqa: E402
 from paragan_tf.train import experiment  # noqa: E402
-from paragan_tf.train import planning  # noqa: E402
 
 flags.DEFINE_list("configs", ["gin/biggan_imagenet128.gin", "gin/biggan_512.gin",
                               "gin/biggan_1024.gin"], "Experiments to plan.")
@@ -68,10 +68,10 @@ def main(argv):
     print("| --- | --- | --- | " + "--- | " * len(modes) + "--- |")
     for config in FLAGS.configs:
         experiment.parse([config], [], finalize=False)
-        configured = planning.configured_precision()
+        configured = built.configured_precision()
         precisions = sorted({catalogue.device(c).auto_precision() if configured == "auto"
                              else configured for c in cards})
-        model = planning.plan_model(precisions, progress=lambda m: print(
+        model = built.plan_model(precisions, progress=lambda m: print(
             f"[plan_modes] {config}: {m}", file=sys.stderr, flush=True))
         for card in cards:
             row = plan_lib.plan_target(

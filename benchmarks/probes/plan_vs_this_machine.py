@@ -19,15 +19,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from benchmarks import step as step_bench  # noqa: E402  (the repository root, just above)
+from paragan_tf.scale import built  # noqa: E402
 from paragan_tf.scale import devices  # noqa: E402
 from paragan_tf.scale import plan  # noqa: E402
 from paragan_tf.train import experiment  # noqa: E402
-from paragan_tf.train import planning  # noqa: E402
 
 measured = step_bench.time_layout("gin/mnist_default.gin", "auto", steps=6, warmup=3,
                                   progress=lambda _: None)
 experiment.parse(["gin/mnist_default.gin"], [], finalize=False)
-model = planning.plan_model([measured["layout"]["precision"]], progress=lambda _: None)
+model = built.plan_model([measured["layout"]["precision"]], progress=lambda _: None)
 catalogue = devices.catalogue()
 row = plan.plan_target(model, catalogue.device("this_cpu"), 1, catalogue, plan.Assumptions())
 mfu = measured["achieved_gflops"] / 1000 / row["peak_tflops_per_device"]

@@ -25,12 +25,12 @@ from paragan_tf.data import class_list
 from paragan_tf.errors import ParameterServerLost
 from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.generate import sampling
+from paragan_tf.scale import built
 from paragan_tf.train import async_trainer
 from paragan_tf.train import checkpoints
 from paragan_tf.train import controller as controller_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import planning
 from paragan_tf.train import preemption
 from paragan_tf.train import profiling
 from paragan_tf.train import run_files
@@ -96,7 +96,7 @@ def assemble(exp: experiment_lib.Experiment, model_dir: str,
     if is_chief:
         run_files.write_config(model_dir, exp.operative_config, writer)
     if exp.mode.model_parallel:
-        placed = planning.bytes_by_device(exp)  # measured, not planned
+        placed = built.bytes_by_device(exp)  # measured, not planned
         logging.info("variables per device: %s", json.dumps(placed))
         stats.append("devices", int(exp.step.numpy()), {"variable_bytes": placed})
     if restored:

@@ -17,9 +17,9 @@ from paragan_tf.distribute import model_parallel
 from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
+from paragan_tf.scale import built
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
-from paragan_tf.train import planning
 from paragan_tf.train import step as step_lib
 from tests.helpers.training import mirrored_2, parse_tiny
 
@@ -236,10 +236,10 @@ def test_pipeline_stages_place_each_block_and_its_backward_on_its_device_and_equ
         op.inputs[0].op.device) for op in adds), [op.name for op in adds if _index(
             op.device or "/device:CPU:0") != _index(op.inputs[0].op.device)][:5]
     # The memory plan traces each side as the unstaged step runs it; its stages share it.
-    staged = planning.memory_of(exp)
+    staged = built.memory_of(exp)
     gin.clear_config()
     tiny_gin(*FEATURES)
-    unstaged = planning.memory_of(experiment.build(_one_device()))
+    unstaged = built.memory_of(experiment.build(_one_device()))
     for side in ("G", "D"):
         for update in ("d_update", "g_update"):
             assert staged.sides[side].activation_bytes(update, 8, False) == \

@@ -15,10 +15,10 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.scale import built
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.layout import tuning as layout_tuning
-from paragan_tf.train import planning
 from tests.helpers import clusters
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 from tests.helpers.repo import PYTHON, REPO
@@ -94,7 +94,7 @@ def test_dry_run_prints_the_reference_cifar10_counts(tmp_path, monkeypatch):
     settings = experiment.Settings.read()
     tiny = experiment.build(check_data=False, settings=settings,
                             measured=layout_tuning.settle(settings, allow_measuring=False))
-    assert planning.plan_line(tiny, planning.memory_of(tiny)).startswith(
+    assert built.plan_line(tiny, built.memory_of(tiny)).startswith(
         "no plan: this_cpu has no measured step at float32")
     assert experiment.summary(tiny)["layout"]["source"] == "rule"
     gin.clear_config()

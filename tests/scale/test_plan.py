@@ -88,12 +88,12 @@ import pytest
 
 from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.scale import built
 from paragan_tf.scale import devices
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import modes
 from paragan_tf.scale import plan
 from paragan_tf.train import experiment
-from paragan_tf.train import planning
 
 BIGGAN_PYTORCH_SECONDS = 15 * 86400 / 150_000  # 8.64
 PARAGAN_SECONDS = 14 * 3600 / 150_000  # 0.336
@@ -129,7 +129,7 @@ def imagenet128():
     """BigGAN-PyTorch's ImageNet-128 recipe, built at float32 and bfloat16 (no training)."""
     experiment.parse(["gin/biggan_imagenet128.gin", "gin/policies/biggan_pytorch.gin"],
                      ["train.total_steps = 150000"], finalize=False)
-    return planning.plan_model(["float32", "mixed_bfloat16"])
+    return built.plan_model(["float32", "mixed_bfloat16"])
 
 
 def _studiogan(gin_file, bindings):
@@ -137,7 +137,7 @@ def _studiogan(gin_file, bindings):
     # only the embeddings (counted in the parameter checks), not the step's FLOPs.
     experiment.parse([gin_file], bindings + ["dataset.name = 'synthetic'",
                                              "layout.precision = 'float32'"], finalize=False)
-    return planning.plan_model(["float32"], progress=lambda _: None)
+    return built.plan_model(["float32"], progress=lambda _: None)
 
 
 @pytest.fixture(scope="module")
@@ -386,7 +386,7 @@ def test_the_plan_for_the_zen4_machine_against_its_recorded_run():
     A peak counting 4 cores instead of 2 gives 0.35 and fails."""
     experiment.parse(["gin/mnist_default.gin"], ["layout.precision = 'mixed_bfloat16'"],
                      finalize=False)
-    model = planning.plan_model(["mixed_bfloat16"], progress=lambda _: None)
+    model = built.plan_model(["mixed_bfloat16"], progress=lambda _: None)
     zen4 = dataclasses.replace(devices.CATALOGUE["v100"], name="zen4", family="cpu",
                                peak_fp32_tflops=2 * 3.67 * 32 / 1000,
                                peak_bf16_tflops=2 * 3.67 * 64 / 1000, memory_gib=24.0,

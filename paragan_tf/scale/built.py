@@ -1,6 +1,7 @@
 """What the plans say of a built experiment: its memory plan per replica and per device
 (scale/memory.py), the scale plan's Model of it (scale/plan.py), the dry run's plan line,
-and where its variables actually are.
+and where its variables actually are. The scale package's one module in train's layer of
+the architecture (docs/architecture.md): it builds experiments.
 
 The dry run (bin/train.py --dry_run), bin/plan.py and the training driver read these; the
 experiment itself is built by train/experiment.py.
