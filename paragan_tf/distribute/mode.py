@@ -89,7 +89,7 @@ class Mode:
     @property
     def setting(self) -> str:
         """The settings that choose this mode, as a user writes them."""
-        return "model_parallel.placement='replica'"
+        return self.choosing
 
     @property
     def model_parallel(self) -> bool:

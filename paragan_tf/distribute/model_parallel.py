@@ -188,8 +188,7 @@ class Spread(Mode):
 
     @classmethod
     def make(cls, config, strategy) -> "Spread":
-        cls.refuse(config, strategy_lib.kind_of(strategy))
-        mode = cls(config)
+        mode = super().make(config, strategy)  # refuses the strategy, if it must
         n = mode.devices_per_replica
         if isinstance(strategy, tf.distribute.OneDeviceStrategy):
             kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
@@ -261,10 +260,9 @@ class Spread(Mode):
                                 + ("" if stages == 1 else
                                    f", or a network has fewer blocks than {stages} stages"))
         shares, boundaries = {"G": 1.0, "D": 1.0}, {"G": 0, "D": 0}
-        for side, costs, blocks in (("G", model.g_block_costs, model.g_blocks),
-                                    ("D", model.d_block_costs, model.d_blocks)):
-            if stages == 1:
-                break
+        for side, costs, blocks in (() if stages == 1 else (
+                ("G", model.g_block_costs, model.g_blocks),
+                ("D", model.d_block_costs, model.d_blocks))):
             stage_of = staging.balance(costs, stages)
             totals = [sum(c for c, s in zip(costs, stage_of) if s == k) for k in range(stages)]
             shares[side] = max(totals) / sum(totals)
