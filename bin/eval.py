@@ -4,6 +4,7 @@
         --gin_bindings="eval.classifier_path='runs/quality/classifier'"        # newest
     python bin/eval.py --model_dir=runs/x --checkpoint=runs/x/ckpt-400        # that one
     python bin/eval.py --model_dir=runs/x --watch                             # sidecar
+    python bin/eval.py --model_dir=runs/x --all                # every one, then exit
     python bin/eval.py --gin_file=gin/x.gin --write_stats=stats/x_test.npz     # FID statistics
 
 Builds the run from its operative_config.gin (one device unless --gin_bindings
@@ -12,7 +13,8 @@ writes <model_dir>/eval/metrics.json (or --eval_dir's: every evaluation, the bes
 scalars metrics/* under <model_dir>/eval, and copies the best checkpoint to
 <model_dir>/eval/best/. --watch evaluates every checkpoint not yet evaluated, waits for
 new ones, and stops once the run has finished (train_result.json) and all are
-done, or after --timeout_secs without a new checkpoint.
+done, or after --timeout_secs without a new checkpoint. --all evaluates every
+checkpoint not yet evaluated and exits (a stopped run, which --watch would wait on).
 
 --write_stats=PATH embeds the real images an evaluation compares with (the run's
 data with --model_dir, else --gin_file's; eval.reference_split and eval.num_real
@@ -45,6 +47,8 @@ flags.DEFINE_string("eval_dir", None, "Folder of metrics.json, the scalars and b
                     "(default <model_dir>/eval); a second protocol of the same run (FID "
                     "beside FCD) needs a folder of its own.")
 flags.DEFINE_bool("watch", False, "Evaluate every checkpoint as it appears (sidecar).")
+flags.DEFINE_bool("all", False, "Evaluate every checkpoint not yet evaluated, oldest "
+                  "first, then exit.")
 flags.DEFINE_float("poll_secs", 10.0, "--watch: seconds between looks for new checkpoints.")
 flags.DEFINE_float("timeout_secs", 3600.0, "--watch: give up after this long without one.")
 flags.DEFINE_string("write_stats", None, "Store the real images' feature statistics (.npz) "
@@ -86,6 +90,8 @@ def _write_stats(path: str) -> None:
 
 
 def _main() -> int:
+    if FLAGS.watch and FLAGS.all:
+        common.fail("--watch and --all: choose one (--all does not wait for new checkpoints)")
     if FLAGS.write_stats:
         _write_stats(FLAGS.write_stats)
         teardown.exit_now(0)
@@ -99,7 +105,7 @@ def _main() -> int:
     writer = tf.summary.create_file_writer(out_dir)
     saver = checkpoints.Checkpointer(model_dir, max_to_keep=1000, **exp.trackables())
     done = {e["checkpoint"] for e in evaluator.history["evaluations"]}
-    if not FLAGS.watch:
+    if not (FLAGS.watch or FLAGS.all):
         result = evaluator.evaluate(int(exp.step.numpy()), path, writer)
         print(json.dumps(dict(step=int(exp.step.numpy()), checkpoint=path, **result)),
               flush=True)
@@ -118,9 +124,10 @@ def _main() -> int:
             writer.flush()
             done.add(path)
             last_new = time.monotonic()
-        finished = os.path.exists(os.path.join(model_dir, "train_result.json"))
+        finished = FLAGS.all or os.path.exists(os.path.join(model_dir, "train_result.json"))
         if finished and not _pending(model_dir, done):
-            logging.info("the run has finished and every checkpoint is evaluated")
+            logging.info("every checkpoint is evaluated%s",
+                         "" if FLAGS.all else " and the run has finished")
             break
         if time.monotonic() - last_new > FLAGS.timeout_secs:
             common.fail(f"no new checkpoint in {model_dir} for {FLAGS.timeout_secs:.0f} s",

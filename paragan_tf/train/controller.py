@@ -31,7 +31,9 @@ them.
 
 SIGTERM/SIGINT: a flag checked between calls; the run then checkpoints and raises
 Interrupted (a second Ctrl-C gives up at once). MultiWorkerMirrored runs leave SIGTERM
-to TensorFlow's preemption handler, so every worker saves at one step. Divergence: a
+to TensorFlow's preemption handler, so every worker saves at one step. Either way a
+stats.jsonl "stop" record names the step saved and when its training ended (before the
+checkpoint): what a benchmark that stops runs at a deadline times them by. Divergence: a
 trainer reports the steps the NaN guard skipped in a row; at the limit the controller
 raises Diverged, naming the newest checkpoint (the last finite weights). The trainer
 is closed on every way out (its iterators go to train/teardown.py's PARKED:
@@ -185,6 +187,7 @@ class Controller:
         self.logged: Dict[str, float] = {}  # the last progress line's metrics
         self.evaluated: Dict[str, float] = {}  # what the actions returned, newest last
         self._settled = False  # no train call since the last trainer.state()
+        self._trained_until = time.time()  # when the steps reported so far had finished
 
     def run(self) -> Dict[str, float]:
         """The last progress line's metrics, the newest evaluation's, `step` and
@@ -210,6 +213,7 @@ class Controller:
                 n = min(trainer.steps_per_call, boundary - self.scheduled)
                 self.profiler.before_call(self.scheduled, logged=bool(self.logged))
                 self._report(trainer.train(n), timed=calls > 0)
+                self._trained_until = time.time()  # a synchronous trainer's steps are done
                 self._settled = False
                 self.scheduled += n
                 if budget and time.perf_counter() - began >= budget and self.scheduled < total:
@@ -224,10 +228,15 @@ class Controller:
                 calls += 1
                 self._run_due(total)
                 if self.preemption_handler:
-                    self.preemption_handler.check(self.finished)
+                    try:
+                        self.preemption_handler.check(self.finished)
+                    except Interrupted as stopped:
+                        self._record_stop(stopped.signum)
+                        raise
             self.profiler.stop(self.scheduled)
             if flag.signum is not None:
                 self._save_unless_saved()
+                self._record_stop(flag.signum)
                 self.writer.flush()
                 raise Interrupted(flag.signum, self.finished)
         self.writer.flush()
@@ -271,7 +280,13 @@ class Controller:
         """Every step run so far finished (trainer.state(), once after each train call)."""
         if not self._settled:
             self._report(self.trainer.state())
+            self._trained_until = time.time()
             self._settled = True
+
+    def _record_stop(self, signum: int) -> None:
+        """The stats.jsonl record of a run stopped by a signal, its checkpoint saved."""
+        self.stats.append("stop", self.finished, dict(
+            signal=signum, trained_until=round(self._trained_until, 3)))
 
     def _save(self) -> str:
         self._settle()

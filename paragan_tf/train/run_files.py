@@ -12,6 +12,9 @@
    "fcd": ..., ..., "seconds": ..., "samples": ..., "replicas": ...,
    "phases": {"generation": ..., ...}}         one per evaluation inside training
   {"kind": "end", "step": 1200, "time": ..., "wall_seconds": ...}   a finished run
+  {"kind": "stop", "step": 830, "time": ..., "signal": 15, "trained_until": <unix s>}
+      a run stopped by a signal: the step saved, and when its training ended (before the
+      checkpoint was written)
   {"kind": "devices", "step": 0, "time": ..., "variable_bytes": {<device>: bytes}}
       at each start under a model-parallel setting: the chief's variables, by device
 - `train_result.json`: the finished run's last metrics (sweep tables read it).
