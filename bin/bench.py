@@ -102,8 +102,9 @@ flags.DEFINE_integer("steps", 5, "step: timed steps per layout (after 2 warm-up 
                      "model_parallel: training steps per mode (default 24).")
 flags.DEFINE_string("profile_dir", None,
                     "step: also trace 2 steps per layout with tf.profiler into this folder.")
-flags.DEFINE_float("budget_minutes", 2.0, "async_quality: training minutes per run; "
-                   "time_to_quality: the most training minutes per config (20 by default).")
+flags.DEFINE_float("budget_minutes", None, "async_quality: training minutes per run "
+                   f"(default {async_quality_bench.BUDGET_MINUTES:g}); time_to_quality: the "
+                   "most training minutes per config (20 by default).")
 flags.DEFINE_list("configs", list(time_to_quality_bench.CONFIGS),
                   "time_to_quality: gin files to compare; the first sets the quality targets.")
 flags.DEFINE_integer("mark_steps", None, "time_to_quality, small_data: steps between scored "
@@ -122,10 +123,11 @@ flags.DEFINE_float("accuracy_target", None, "time_to_quality: conditional accura
 flags.DEFINE_list("arms", [], "async_quality, small_data, model_parallel: arms (modes) to "
                   f"run (default: all of the suite's: {list(async_quality_bench.ARMS)}, "
                   f"{list(small_data_bench.ARMS)}, {list(model_parallel_bench.MODES)}).")
-flags.DEFINE_list("conditions", ["even", "slow50"], "async_quality: straggler kinds "
+flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS_RUN),
+                  "async_quality: straggler kinds "
                   f"(benchmarks/straggler.py), of {list(async_quality_bench.CONDITIONS)}.")
-flags.DEFINE_list("policies", list(async_quality_bench.POLICIES), "async_quality: "
-                  "optimizer policies of every arm.")
+flags.DEFINE_list("policies", ["plain"], "async_quality: optimizer policies of every "
+                  f"arm, of {list(async_quality_bench.POLICIES)}.")
 flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated images per "
                      "FCD (default: 2,000 and 10,000); eval: images per arm (10,000).")
 flags.DEFINE_integer("train_steps", 1600, "small_data: training steps of every arm.")
@@ -148,8 +150,9 @@ def main(argv):
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
                        rounds=FLAGS.rounds)
     if FLAGS.suite == "async_quality":
-        options = dict(budget_minutes=FLAGS.budget_minutes, conditions=FLAGS.conditions,
-                       policies=FLAGS.policies)
+        options = dict(conditions=FLAGS.conditions, policies=FLAGS.policies)
+        if FLAGS.budget_minutes is not None:
+            options["budget_minutes"] = FLAGS.budget_minutes
         if FLAGS["repeats"].present:
             options["repeats"] = FLAGS.repeats
     if FLAGS.suite == "small_data":

@@ -11,13 +11,13 @@ import pytest
 from paragan_tf.errors import ConfigError
 
 
-def _suite(tmp_path, classifier, mode, condition, budget_minutes=0.25):
+def _suite(tmp_path, classifier, mode, condition, budget_minutes=0.25, checkpoint_images=400):
     from benchmarks import async_quality
     return async_quality.async_quality(
         budget_minutes=budget_minutes, per_worker_batch=8, arms=(mode,), policies=("plain",),
         conditions=(condition,), repeats=1, eval_samples=250, work_dir=str(tmp_path),
         classifier_dir=classifier, config="gin/tiny.gin", log_every=5,
-        checkpoint_images=40)  # a checkpoint every 5 steps of 8 images (tiny.gin: 1 D step)
+        checkpoint_images=checkpoint_images)
 
 
 @pytest.mark.slow
@@ -32,6 +32,9 @@ def test_the_sample_buffer_under_a_congested_store_on_one_worker(tmp_path, mnist
     [run] = result["runs"]["sample_buffer"]["plain"]["slow_input"]
     print(run)
     assert run["images_per_sec"] > 0 and run["steps"] > 10
+    # Stopped at the deadline: within a round (and its settling) of 15 s after the first
+    # record.
+    assert 15.0 <= run["training_seconds"] <= 15.0 * 1.1, run["training_seconds"]
     assert np.isfinite(run["fcd"]) and 0.0 <= run["conditional_accuracy"] <= 1.0
     assert result["slow_input"]["latency_ms"] == 1500.0
     closures = run["closures_by_worker"]
@@ -67,13 +70,32 @@ def test_the_sample_buffer_under_a_congested_store_on_one_worker(tmp_path, mnist
 @pytest.mark.slow
 def test_a_synchronous_job_that_loses_a_worker_is_relaunched_and_resumes(tmp_path,
                                                                          mnist_classifier):
-    # Killed 10 s in, after the first periodic checkpoints (every 5 steps).
-    result = _suite(tmp_path, mnist_classifier[0], "sync", "restart", budget_minutes=0.5)
+    # Killed 15 s in, after the first periodic checkpoints (every 25 steps of 16 images,
+    # ~3 s here); the relaunch trains from ~35 s (2026-11-29).
+    result = _suite(tmp_path, mnist_classifier[0], "sync", "restart", budget_minutes=0.75)
     [run] = result["runs"]["sync"]["plain"]["restart"]
+    print(run)
     log = (tmp_path / "sync_plain_restart_0.log").read_text()
     # Two launches: the first loses worker:1 (SIGKILL) and is torn down, the second
     # resumes from the run's last periodic checkpoint and is stopped at the budget.
     assert log.count("started worker:1") == 2, log[-3000:]
-    resumed = re.search(r"resumed from \S*ckpt-(\d+) at step", log)
-    assert resumed, log[-3000:]
-    assert run["steps"] > int(resumed.group(1)) > 0
+    resumed = int(re.search(r"resumed from \S*ckpt-(\d+) at step", log).group(1))
+    assert run["steps"] > resumed > 0
+    # Stopped at the deadline: its training ended within a call (5 steps) of 45 s after
+    # the first record, the relaunch inside the window.
+    assert 45.0 <= run["training_seconds"] <= 45.0 * 1.05, run["training_seconds"]
+    # The quality curve: every checkpoint scored at the second its step was reached; the
+    # steps the relaunch trained again are placed by the relaunch's records.
+    curve = run["curve"]
+    assert [p["step"] for p in curve] == sorted({p["step"] for p in curve})
+    assert [p["seconds"] for p in curve] == sorted(p["seconds"] for p in curve)
+    assert curve[-1]["step"] == run["steps"] and curve[-1]["seconds"] == run["training_seconds"]
+    assert all(p["step"] % 25 == 0 for p in curve[:-1]) and resumed in [p["step"] for p in curve]
+    after = [p for p in curve if p["step"] > resumed][0]
+    assert after["seconds"] > 15.0, curve  # reached again only after the relaunch
+    assert all(np.isfinite(p["fcd"]) for p in curve)
+    # CPU per image over the metered window, not the nominal budget.
+    workers = run["cpu_seconds"]["worker:0"] + run["cpu_seconds"]["worker:1"]
+    assert run["worker_cpu_ms_per_image"] == pytest.approx(
+        1000 * workers / (run["images_per_sec"] * run["cpu_window_seconds"]))
+    assert 40.0 < run["cpu_window_seconds"] <= 46.0
