@@ -16,6 +16,7 @@ VARIANTS=(
   "inception_bgr|paragan_tf/eval/inception.py|s#    return x / 128.0 - 1.0#    return x[..., ::-1] / 128.0 - 1.0#|tests/eval/test_inception.py::test_fid_matches_the_reference|"
   "rates_ignored|paragan_tf/train/optimizers.py|s#peak = scaled_learning_rate(c.learning_rate,#peak = scaled_learning_rate(2e-3,#|tests/benchmarks/test_time_to_quality.py|"
   "every_worker_slow|benchmarks/straggler.py|s#f\"CongestedStore.workers = ({index},)\"#\"CongestedStore.workers = (0, 1)\"#|tests/benchmarks/test_async_quality.py::test_the_sample_buffer_under_a_congested_store_on_one_worker|"
+  "throttle_noop|benchmarks/straggler.py|s#process.send_signal(signal.SIGSTOP)#process.poll()#|tests/benchmarks/test_straggler.py|"
   "gate_freeze_g|||tests/e2e/test_learning_gate.py|LEARNING_GATE_BREAK=freeze_g PYTEST_PLUGINS=benchmarks.probes.learning_gate_breaks"
 )
 
