@@ -1,76 +1,123 @@
 """ParaGAN's ablation as Markdown rows, from one or more JSONs of bin/bench.py
---suite=async_quality: per mode, policy and straggler kind, the median and range over the
-repeats of images/s, G updates/s, FCD and conditional accuracy, the ratio of the median
-images/s to synchronous training's under the same policy and kind, closures per worker
-(worker:0 / worker:1, medians), the workers' CPU milliseconds per image (both workers'
-CPU seconds over the images of the budget: equal per-image work shows as equal numbers) and
-the CPU seconds of the parameter server and the chief (medians).
+--suite=async_quality: per straggler kind, policy and mode, the median and (in brackets)
+the range over the repeats of
 
-    python benchmarks/probes/ablation_table.py runs/bench/ablation/phase_a.json [more.json]
+- the training seconds every run was given (its first progress record to the end of its
+  last step; they must agree across arms for the rest to compare);
+- images/s (real images through D) and its ratio to synchronous training's median under
+  the same kind and policy;
+- the training seconds to a target (conditional accuracy at least A; FCD at most F), read
+  from each run's scored checkpoints (its curve): the first mark that meets it, "–" where
+  a run never did (a median of such runs is "–" too); and the gain in time to quality,
+  synchronous training's median over this mode's ("> x" where synchronous training did
+  not reach the target in its window and this mode did: at least x);
+- the final FCD and conditional accuracy;
+- both workers' CPU milliseconds per image over the metered window (equal work per image
+  shows as equal numbers), and the CPU seconds of the parameter server and the chief.
+
+    python benchmarks/probes/ablation_table.py benchmarks/results/ablation_*.json \
+        [--accuracy=0.9] [--fcd=10]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import statistics
-import sys
+from typing import Dict, List, Sequence
 
-METRICS = (("images_per_sec", "{:.1f}"), ("g_updates_per_sec", "{:.2f}"), ("fcd", "{:.1f}"),
-           ("conditional_accuracy", "{:.3f}"))
+NOT_REACHED = math.inf
 
 
-def _cell(runs, metric: str, form: str) -> str:
-    values = [r[metric] for r in runs]
-    median = form.format(statistics.median(values))
+def seconds_to(curve: Sequence[dict], accuracy: float = 0.0,
+               fcd: float = math.inf) -> float:
+    """Training seconds of the first mark with accuracy >= `accuracy` and FCD <= `fcd`."""
+    for point in curve:
+        if point["conditional_accuracy"] >= accuracy and point["fcd"] <= fcd:
+            return point["seconds"]
+    return NOT_REACHED
+
+
+def _form(value: float, form: str) -> str:
+    return "–" if value == NOT_REACHED else form.format(value)
+
+
+def _cell(values: List[float], form: str) -> str:
+    median = _form(statistics.median(values), form)
     if len(values) == 1:
         return median
-    return f"{median} ({form.format(min(values))}-{form.format(max(values))})"
+    return f"{median} ({_form(min(values), form)}-{_form(max(values), form)})"
 
 
-def _worker_ms_per_image(run: dict, seconds: float) -> float:
-    cpu = sum(v for task, v in run["cpu_seconds"].items() if task.startswith("worker"))
-    return 1000 * cpu / (run["images_per_sec"] * seconds)
+def _gain(sync: List[dict], runs: List[dict], key: str) -> str:
+    """Synchronous training's median seconds to the target over this mode's."""
+    if not sync:
+        return "–"
+    ours = statistics.median(r[key] for r in runs)
+    theirs = statistics.median(r[key] for r in sync)
+    if ours == NOT_REACHED:
+        return "–"
+    if theirs == NOT_REACHED:  # not reached in the window: at least the window's length
+        return f"> {statistics.median(r['training_seconds'] for r in sync) / ours:.2f}"
+    return f"{theirs / ours:.2f}"
 
 
-def table(results) -> str:
-    runs = {}
+def rows(results: Sequence[dict], accuracy: float, fcd: float) -> Dict[tuple, List[dict]]:
+    """Every run, keyed (kind, policy, mode), with its seconds to the targets."""
+    runs: Dict[tuple, List[dict]] = {}
     for result in results:
         for mode, by_policy in result["runs"].items():
-            for policy, by_condition in by_policy.items():
-                for condition, repeats in by_condition.items():
-                    runs.setdefault((condition, policy, mode), []).extend(
-                        dict(r, worker_ms_per_image=_worker_ms_per_image(
-                            r, 60 * result["budget_minutes"])) for r in repeats)
-    lines = ["| kind | policy | mode | runs | images/s | vs sync | G updates/s | FCD | "
-             "cond. acc. | closures w0 / w1 | worker CPU ms/image | CPU s ps / chief |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for (condition, policy, mode), repeats in sorted(runs.items()):
-        sync = runs.get((condition, policy, "sync"))
-        rate = statistics.median(r["images_per_sec"] for r in repeats)
-        ratio = (f"{rate / statistics.median(r['images_per_sec'] for r in sync):.2f}"
-                 if sync else "–")
-        closures = " / ".join(
-            f"{statistics.median(r['closures_by_worker'][w] for r in repeats):.0f}"
-            for w in ("worker:0", "worker:1"))
+            for policy, by_kind in by_policy.items():
+                for kind, repeats in by_kind.items():
+                    runs.setdefault((kind, policy, mode), []).extend(
+                        dict(r, to_accuracy=seconds_to(r["curve"], accuracy=accuracy),
+                             to_fcd=seconds_to(r["curve"], fcd=fcd))
+                        for r in repeats)
+    return runs
+
+
+def table(results: Sequence[dict], accuracy: float = 0.9, fcd: float = 10.0) -> str:
+    runs = rows(results, accuracy, fcd)
+    lines = [f"| kind | policy | mode | runs | training s | images/s | vs sync | "
+             f"s to acc. {accuracy:g} | gain | s to FCD {fcd:g} | gain | "
+             f"final FCD | final acc. | worker CPU ms/image | CPU s ps / chief |",
+             "| --- " * 15 + "|"]
+    for (kind, policy, mode), repeats in sorted(runs.items()):
+        sync = runs.get((kind, policy, "sync"), [])
+
+        def values(key, of=repeats):
+            return [r[key] for r in of]
+        rate = statistics.median(values("images_per_sec"))
+        vs_sync = (f"{rate / statistics.median(values('images_per_sec', sync)):.2f}"
+                   if sync else "–")
         cpu = " / ".join(
             f"{statistics.median(r['cpu_seconds'].get(t, 0.0) for r in repeats):.1f}"
             for t in ("ps:0", "chief:0")) if mode != "sync" else "–"
-        cells = " | ".join(_cell(repeats, m, f) for m, f in METRICS)
-        lines.append(f"| {condition} | {policy} | {mode} | {len(repeats)} | "
-                     + cells.replace(" | ", f" | {ratio} | ", 1)
-                     + f" | {closures} | "
-                     + f"{statistics.median(r['worker_ms_per_image'] for r in repeats):.1f}"
-                     + f" | {cpu} |")
+        cells = [kind, policy, mode, str(len(repeats)),
+                 _cell(values("training_seconds"), "{:.1f}"),
+                 _cell(values("images_per_sec"), "{:.1f}"), vs_sync,
+                 _cell(values("to_accuracy"), "{:.0f}"), _gain(sync, repeats, "to_accuracy"),
+                 _cell(values("to_fcd"), "{:.0f}"), _gain(sync, repeats, "to_fcd"),
+                 _cell(values("fcd"), "{:.2f}"), _cell(values("conditional_accuracy"), "{:.3f}"),
+                 _cell(values("worker_cpu_ms_per_image"), "{:.1f}"), cpu]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def main(paths) -> None:
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", help="bin/bench.py --suite=async_quality JSONs")
+    parser.add_argument("--accuracy", type=float, default=0.9, help="conditional accuracy "
+                        "target")
+    parser.add_argument("--fcd", type=float, default=10.0, help="FCD target")
+    args = parser.parse_args(argv)
     results = []
-    for path in paths:
+    for path in args.paths:
         with open(path) as f:
             results.append(json.load(f))
-    print(table(results))
+    print(table(results, args.accuracy, args.fcd))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
