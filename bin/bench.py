@@ -93,7 +93,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
 flags.DEFINE_string("output", None, "Where to write the JSON result (default: stdout only).")
 flags.DEFINE_string("gin_file", "gin/biggan_cifar10.gin", "step, layout: the experiment to "
-                    "time.")
+                    "time; async_quality: the experiment of every arm (default "
+                    f"{async_quality_bench.CONFIG}).")
 flags.DEFINE_multi_string("gin_bindings", [], "step, layout, time_to_quality: extra gin "
                           "bindings.")
 flags.DEFINE_integer("rounds", 3, "layout: interleaved rounds of timings per candidate.")
@@ -126,6 +127,8 @@ flags.DEFINE_list("arms", [], "async_quality, small_data, model_parallel: arms (
 flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS_RUN),
                   "async_quality: straggler kinds "
                   f"(benchmarks/straggler.py), of {list(async_quality_bench.CONDITIONS)}.")
+flags.DEFINE_integer("per_worker_batch", None, "async_quality: images per worker and "
+                     "update (default 16).")
 flags.DEFINE_list("policies", ["plain"], "async_quality: optimizer policies of every "
                   f"arm, of {list(async_quality_bench.POLICIES)}.")
 flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated images per "
@@ -151,6 +154,10 @@ def main(argv):
                        rounds=FLAGS.rounds)
     if FLAGS.suite == "async_quality":
         options = dict(conditions=FLAGS.conditions, policies=FLAGS.policies)
+        if FLAGS["gin_file"].present:
+            options["config"] = FLAGS.gin_file
+        if FLAGS.per_worker_batch:
+            options["per_worker_batch"] = FLAGS.per_worker_batch
         if FLAGS.budget_minutes is not None:
             options["budget_minutes"] = FLAGS.budget_minutes
         if FLAGS["repeats"].present:
@@ -178,7 +185,8 @@ def main(argv):
            "fid_samples": ("time_to_quality", "small_data"),
            "fcd_target": ("time_to_quality",), "accuracy_target": ("time_to_quality",),
            "train_steps": ("small_data",), "per_class": ("small_data",),
-           "rounds": ("layout",)}
+           "rounds": ("layout",), "gin_file": ("step", "layout", "async_quality"),
+           "per_worker_batch": ("async_quality",)}
     for name, suites in own.items():
         if FLAGS[name].present and FLAGS.suite not in suites:
             common.fail(f"--{name} applies to the {' and '.join(suites)} suite"
