@@ -10,7 +10,8 @@ is lost, as on a cluster of machines. Arms, modes x policies:
                  async_train.mode='closures', per_worker_batch a closure
   sample_buffer  the same with async_train.mode='sample_buffer'
 
-  plain          the config's optimizers (gin/mnist_default.gin: one rate for G and D)
+  plain          the config's optimizers (benchmarks/recipes/ablation_mnist5k.gin: one
+                 rate for G and D)
   asymmetric     gin/policies/paragan_async.gin on top (ParaGAN's asymmetric G/D policy)
 
 Conditions: the straggler kinds of benchmarks/straggler.py (even, slow25/50/75,
@@ -21,8 +22,9 @@ not pinned: they run on whichever core is free, and their CPU seconds are record
 Equal seconds by construction: every run's clock starts at its first progress record
 (start-up and tracing, which differ between strategies, are left out; the records' own
 times, stats.jsonl) and the run is stopped `budget_minutes` later. It saves the step it is
-on (a call of at most `log_every` steps ends first) and its stats.jsonl "stop" record says
-when that step's training ended: `training_seconds`, in the JSON for every run. A
+on (the call in flight ends first, `log_every` steps or the rounds in flight; under
+MultiWorkerMirrored the next call too, at whose end every worker agrees to save) and its
+stats.jsonl "stop" record says when that step's training ended: `training_seconds`, in the JSON for every run. A
 synchronous job that lost a worker is relaunched inside the same window, its relaunch's
 seconds counted. Time to quality: a checkpoint every `checkpoint_images` real images D
 trained on (the same training in every arm; what a relaunched synchronous job resumes
@@ -63,13 +65,14 @@ ARMS = ("sync", "sample_buffer")  # bin/bench.py --arms' default
 CONDITIONS = straggler_lib.CONDITIONS
 CONDITIONS_RUN = ("even", "slow50", "restart")  # --conditions' default
 # Long enough for the synchronous arm to learn the classes on 2 Ice Lake cores (float32):
-# conditional accuracy 0.90 at 320 s, 0.98 at 355 s (2026-11-29, one run).
+# conditional accuracy 0.901 at 328 s and 0.979 at 356 s (2026-11-29, one run;
+# benchmarks/results/ablation_pilot_recipe_icelake_2026-11-29.json).
 BUDGET_MINUTES = 6.0
 START_TIMEOUT = 600  # seconds to the first progress line
 # Periodic checkpoints every this many real images of D (the same training in every arm,
 # whatever its batch per update): the marks of the quality curve, and what a relaunched
 # synchronous job resumes from.
-CHECKPOINT_IMAGES = 2400  # ~30 s of synchronous training on 2 Ice Lake cores (~50 images/s)
+CHECKPOINT_IMAGES = 2400  # ~30 s of synchronous training on 2 Ice Lake cores (~75 images/s)
 METRICS = ("training_seconds", "images_per_sec", "g_updates_per_sec", "fcd",
            "conditional_accuracy", "worker_cpu_ms_per_image")
 

@@ -122,8 +122,9 @@ flags.DEFINE_float("fcd_target", None, "time_to_quality: FCD to reach (default: 
 flags.DEFINE_float("accuracy_target", None, "time_to_quality: conditional accuracy to reach "
                    "(default: the first config's last mark).")
 flags.DEFINE_list("arms", [], "async_quality, small_data, model_parallel: arms (modes) to "
-                  f"run (default: all of the suite's: {list(async_quality_bench.ARMS)}, "
-                  f"{list(small_data_bench.ARMS)}, {list(model_parallel_bench.MODES)}).")
+                  f"run (default: {list(async_quality_bench.ARMS)} of "
+                  f"{list(async_quality_bench.MODES)}; all of {list(small_data_bench.ARMS)}; "
+                  f"all of {list(model_parallel_bench.MODES)}).")
 flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS_RUN),
                   "async_quality: straggler kinds "
                   f"(benchmarks/straggler.py), of {list(async_quality_bench.CONDITIONS)}.")
