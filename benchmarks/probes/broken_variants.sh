@@ -17,6 +17,8 @@ VARIANTS=(
   "rates_ignored|paragan_tf/train/optimizers.py|s#peak = scaled_learning_rate(c.learning_rate,#peak = scaled_learning_rate(2e-3,#|tests/benchmarks/test_time_to_quality.py|"
   "every_worker_slow|benchmarks/straggler.py|s#f\"CongestedStore.workers = ({index},)\"#\"CongestedStore.workers = (0, 1)\"#|tests/benchmarks/test_async_quality.py::test_the_sample_buffer_under_a_congested_store_on_one_worker|"
   "throttle_noop|benchmarks/straggler.py|s#process.send_signal(signal.SIGSTOP)#process.poll()#|tests/benchmarks/test_straggler.py|"
+  "stop_record_dropped|paragan_tf/train/controller.py|s#                self._record_stop(flag.signum)#                pass#|tests/train/test_controller.py::test_sigterm_ends_the_call_then_checkpoints_and_raises_interrupted|"
+  "clock_per_process|benchmarks/async_quality.py|s#seconds = {r\[\"step\"\]: r\[\"time\"\] - began#seconds = {r[\"step\"]: r[\"wall_seconds\"]#|tests/benchmarks/test_async_quality.py::test_a_synchronous_job_that_loses_a_worker_is_relaunched_and_resumes|"
   "gate_freeze_g|||tests/e2e/test_learning_gate.py|LEARNING_GATE_BREAK=freeze_g PYTEST_PLUGINS=benchmarks.probes.learning_gate_breaks"
 )
 

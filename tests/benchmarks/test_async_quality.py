@@ -32,9 +32,10 @@ def test_the_sample_buffer_under_a_congested_store_on_one_worker(tmp_path, mnist
     [run] = result["runs"]["sample_buffer"]["plain"]["slow_input"]
     print(run)
     assert run["images_per_sec"] > 0 and run["steps"] > 10
-    # Stopped at the deadline: within a round (and its settling) of 15 s after the first
-    # record.
-    assert 15.0 <= run["training_seconds"] <= 15.0 * 1.1, run["training_seconds"]
+    # Stopped at the deadline, 15 s after the first record: the rounds in flight settle
+    # first, one of them a read of worker:1's slow store (3 s): 16.4-18.2 s here, alone
+    # and in the full suite (2026-11-29). Counted from the launch it would be over 40 s.
+    assert 15.0 <= run["training_seconds"] <= 24.0, run["training_seconds"]
     assert np.isfinite(run["fcd"]) and 0.0 <= run["conditional_accuracy"] <= 1.0
     assert result["slow_input"]["latency_ms"] == 1500.0
     closures = run["closures_by_worker"]
@@ -81,9 +82,11 @@ def test_a_synchronous_job_that_loses_a_worker_is_relaunched_and_resumes(tmp_pat
     assert log.count("started worker:1") == 2, log[-3000:]
     resumed = int(re.search(r"resumed from \S*ckpt-(\d+) at step", log).group(1))
     assert run["steps"] > resumed > 0
-    # Stopped at the deadline: its training ended within a call (5 steps) of 45 s after
-    # the first record, the relaunch inside the window.
-    assert 45.0 <= run["training_seconds"] <= 45.0 * 1.05, run["training_seconds"]
+    # Stopped at the deadline, 45 s after the first record, the relaunch inside the window:
+    # its training ends within two calls of 5 steps (the workers save at the next call):
+    # 45.6-47.7 s here, alone and in the full suite (2026-11-29). Counted from the launch
+    # it would be over 60 s.
+    assert 45.0 <= run["training_seconds"] <= 55.0, run["training_seconds"]
     # The quality curve: every checkpoint scored at the second its step was reached; the
     # steps the relaunch trained again are placed by the relaunch's records.
     curve = run["curve"]
@@ -98,4 +101,4 @@ def test_a_synchronous_job_that_loses_a_worker_is_relaunched_and_resumes(tmp_pat
     workers = run["cpu_seconds"]["worker:0"] + run["cpu_seconds"]["worker:1"]
     assert run["worker_cpu_ms_per_image"] == pytest.approx(
         1000 * workers / (run["images_per_sec"] * run["cpu_window_seconds"]))
-    assert 40.0 < run["cpu_window_seconds"] <= 46.0
+    assert 38.0 < run["cpu_window_seconds"] <= 47.0
