@@ -1,5 +1,5 @@
 """What the quality suites (async_quality, small_data) share: the dataset's classifier,
-and evaluating a finished run with it (bin/eval.py in a child process)."""
+and scoring every checkpoint of a run with it (bin/eval.py --all in a child process)."""
 
 from __future__ import annotations
 
@@ -61,24 +61,13 @@ def train_classifier(path: str, config: str, epochs: int, progress: Callable[[st
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _eval(model_dir: str, classifier_dir: str, samples: int, real: int,
-          *flags: str) -> List[dict]:
-    """bin/eval.py on `model_dir` with `flags`: metrics.json's evaluations, oldest first."""
-    subprocess.run([sys.executable, binary("eval.py"), f"--model_dir={model_dir}", *flags,
+def evaluate_all(model_dir: str, classifier_dir: str, samples: int, real: int) -> List[dict]:
+    """bin/eval.py --all: every checkpoint of `model_dir` not yet scored, one process; the
+    metrics.json entries, oldest first."""
+    subprocess.run([sys.executable, binary("eval.py"), f"--model_dir={model_dir}", "--all",
                     f"--gin_bindings=eval.classifier_path='{classifier_dir}'",
                     f"--gin_bindings=eval.num_samples={samples}",
                     f"--gin_bindings=eval.num_real={real}"], check=True, cwd=REPO,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
         return sorted(json.load(f)["evaluations"], key=lambda e: e["step"])
-
-
-def evaluate(model_dir: str, classifier_dir: str, samples: int, real: int) -> dict:
-    """bin/eval.py on the newest checkpoint of `model_dir`: its metrics.json entry."""
-    return _eval(model_dir, classifier_dir, samples, real)[-1]
-
-
-def evaluate_all(model_dir: str, classifier_dir: str, samples: int, real: int) -> List[dict]:
-    """bin/eval.py --all: every checkpoint of `model_dir`, one process; the metrics.json
-    entries, oldest first."""
-    return _eval(model_dir, classifier_dir, samples, real, "--all")
