@@ -18,6 +18,16 @@ stages per network (memory per device, extra bytes moved per step).
 Devices: v100, a100, h100, tpu_v3 (a core), tpu_v4 (a chip), this_cpu (this
 machine, count 1), or one given with --custom_device (peak TFLOP/s float32 and
 bfloat16, GiB, devices per host, all-reduce GB/s inside and across hosts).
+
+    python bin/plan.py --gin_file=gin/biggan_imagenet128.gin --calibrate --devices=h100x64
+
+--calibrate first times --calibrate_steps steps of the experiment on this machine's
+devices, built as bin/train.py would (its strategy: one_device, mirrored or tpu), and
+records the FLOP/s they reached in the layout cache (paragan_tf/scale/measured.py):
+this plan and every later one of that device kind use it instead of the family's fit,
+and say "measured on <device>". The device is the detected GPU's catalogue row or
+this_cpu; a TPU (which does not name its generation) or a GPU the catalogue lacks is
+named with --calibrate_device.
 Every assumed number and its source: paragan_tf/scale/devices.py and
 paragan_tf/scale/plan.py; how far plans are from published runs: docs/scale.md.
 """
@@ -35,8 +45,10 @@ from absl import flags
 import common
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.layout import rules as layout_rules
 from paragan_tf.scale import built
 from paragan_tf.scale import devices as devices_lib
+from paragan_tf.scale import measured
 from paragan_tf.scale import modes as modes_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import experiment
@@ -50,6 +62,11 @@ flags.DEFINE_string("custom_device", None, "A device of your own: name=...,fp32=
                     "bf16=TFLOP/s,memory=GiB,per_host=N,intra=GB/s,inter=GB/s[,family=gpu]"
                     "[,per_input_host=N][,input=images/s per host].")
 flags.DEFINE_string("output", None, "Write the plan as JSON here.")
+flags.DEFINE_bool("calibrate", False, "First time the experiment's step on this machine's "
+                  "devices and record its FLOP/s for the plans of this device kind.")
+flags.DEFINE_integer("calibrate_steps", 5, "--calibrate: steps timed after 2 warm-up steps.")
+flags.DEFINE_string("calibrate_device", None, "--calibrate: the catalogue device this "
+                    "machine's devices are (default: the detected GPU or this_cpu).")
 
 _CUSTOM_FIELDS = {"name": "name", "fp32": "peak_fp32_tflops", "bf16": "peak_bf16_tflops",
                   "fp16": "peak_fp16_tflops", "memory": "memory_gib", "per_host": "per_host",
@@ -76,22 +93,65 @@ def _custom(text: str) -> dict:
     return {fields.pop("name"): dict(fields, source="--custom_device")}
 
 
+def _catalogue() -> devices_lib.Catalogue:
+    """The catalogue as the parsed gin config and --custom_device extend it."""
+    return devices_lib.catalogue(
+        extra=_custom(FLAGS.custom_device) if FLAGS.custom_device else None)
+
+
+def _calibrate(progress) -> None:
+    """--calibrate: this machine's devices timed on the experiment's step, recorded."""
+    common.parse_gin(finalize=False)
+    catalogue, accelerator = _catalogue(), layout_rules.detect().accelerator
+    if FLAGS.calibrate_device:
+        device = catalogue.device(FLAGS.calibrate_device)
+    else:
+        device = devices_lib.detected(accelerator)
+        if device is None:
+            raise ConfigError(f"--calibrate: this {accelerator} has no catalogue row that "
+                              f"names it; say which it is with --calibrate_device (one of "
+                              f"{sorted(catalogue.devices)}, or a --custom_device)")
+    if (accelerator == "cpu") != (device.family == "cpu"):
+        raise ConfigError(f"--calibrate_device={device.name} is a {device.family} device; "
+                          f"this machine's steps run on its {accelerator}")
+    step = built.measure_step(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.calibrate_steps,
+                              progress)
+    hardware = step["hardware"]
+    key, unwritten = measured.record(
+        device.name, hardware.signature(), step["step"], step["train_step_flops"],
+        step["replicas"], step["seconds_per_step"],
+        origin=f"bin/plan.py --calibrate, {step['data']}", tensorflow=_tf_version())
+    peak = device.peak_tflops(step["precision"])
+    achieved = step["train_step_flops"] / step["replicas"] / step["seconds_per_step"] / 1e12
+    progress(f"calibrated {device.name} at {step['precision']}: {step['seconds_per_step']:.4g} "
+             f"s/step, {achieved:.3g} TFLOP/s per device"
+             + (f" ({achieved / peak:.1%} of its {peak:g} peak)" if peak else "")
+             + (f"; not recorded ({unwritten})" if unwritten else
+                f"; recorded in the layout cache (key {key})"))
+
+
+def _tf_version() -> str:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.__version__
+
+
 def _main() -> int:
     if not FLAGS.gin_file:
         raise ConfigError("--gin_file is required: the experiment to plan")
-    common.parse_gin(finalize=False)
-    catalogue = devices_lib.catalogue(
-        extra=_custom(FLAGS.custom_device) if FLAGS.custom_device else None)
-    targets = [plan_lib.parse_target(t) for t in FLAGS.devices]
-    devices = {name: catalogue.device(name) for name, _ in targets}
-    configured = built.configured_precision()
-    precisions = sorted({d.auto_precision() if configured == "auto" else configured
-                         for d in devices.values()})
     began = time.perf_counter()
 
     def progress(message: str) -> None:
         print(f"[plan] {time.perf_counter() - began:5.1f} s: {message}", file=sys.stderr,
               flush=True)
+    if FLAGS.calibrate:
+        _calibrate(progress)
+    common.parse_gin(finalize=False)
+    catalogue = _catalogue()
+    targets = [plan_lib.parse_target(t) for t in FLAGS.devices]
+    devices = {name: catalogue.device(name) for name, _ in targets}
+    configured = built.configured_precision()
+    precisions = sorted({d.auto_precision() if configured == "auto" else configured
+                         for d in devices.values()})
     model = built.plan_model(precisions, progress)
     progress("planned")
     assumptions = plan_lib.Assumptions()

@@ -5,7 +5,8 @@ A readable JSON file (PARAGAN_TF_LAYOUT_CACHE, default
 the entry also holds in plain view: the schema, the hardware signature, TensorFlow's
 version, the step's shape and what the run pinned; beside them the choice, its seconds
 per step and FLOPs per step, the date, and every candidate's timings. The scale plan
-reads it too (scale/devices.py: this machine's measured efficiency).
+reads it too, with the step rates bin/plan.py --calibrate leaves in it (entries of kind
+"step_rate": scale/measured.py).
 
 The cache never stops a run: a file or an entry that is not what this module writes,
 or a path that cannot be written, is one warning line, and the run goes on with what
@@ -61,6 +62,11 @@ def _read(file: str) -> Optional[Dict[str, dict]]:
                   f"of entries: ignored")
         return None
     return entries
+
+
+def read_all() -> Dict[str, dict]:
+    """Every entry of the file, whatever its kind (read-only; {} when unreadable)."""
+    return _read(path()) or {}
 
 
 def read(key: str) -> Optional[dict]:

@@ -53,7 +53,7 @@ def main(argv) -> None:
         count = flops_lib.forward(exp.generator, exp.discriminator, cfg.batch_size // replicas)
         flops = count.train_step(cfg.d_steps, cfg.accumulation) * replicas
     _say(ready=True, warmup_seconds=warmup, layout=exp.layout.as_dict(),
-         train_step_flops=flops)
+         train_step_flops=flops, replicas=exp.strategy.num_replicas_in_sync)
     while True:
         command = sys.stdin.readline().strip()
         if command in ("quit", ""):

@@ -113,6 +113,7 @@ def measure(stage: Sequence[layout_candidates.Candidate], config_file: str, roun
             seconds_per_step=None, rounds=[], steps_per_timing=None,
             startup_seconds=None if startup is None else round(startup, 1),
             train_step_flops=(probe.ready or {}).get("train_step_flops") if probe else None,
+            replicas=(probe.ready or {}).get("replicas") if probe else None,
             error=error)
 
     try:

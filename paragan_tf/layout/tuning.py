@@ -48,6 +48,7 @@ from paragan_tf.layout import cache as layout_cache
 from paragan_tf.layout import env as layout_env
 from paragan_tf.layout import candidates as layout_candidates
 from paragan_tf.layout import timing as layout_timing
+from paragan_tf.scale import devices as devices_lib
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
 TUNE_ENV = layout_timing.TUNE_ENV
@@ -208,10 +209,13 @@ def settle(settings, allow_measuring: bool = True,
         rows = [r for stage in record["stages"] for r in stage]
         seconds = next((r["seconds_per_step"] for r in rows
                         if layout_candidates.Candidate(**r["candidate"]) == winner), None)
-        flops = next((r["train_step_flops"] for r in rows if r.get("train_step_flops")), None)
-        unwritten = layout_cache.write(key, dict(
-            facts, choice=winner.settings(), seconds_per_step=seconds,
-            train_step_flops=flops, date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        counted = next((r for r in rows if r.get("train_step_flops")), {})
+        flops, replicas = counted.get("train_step_flops"), counted.get("replicas")
+        unwritten = layout_cache.write(key, dict(  # `device`: scale/measured.py reads it
+            facts, device=devices_lib.detected_name(hardware.accelerator),
+            choice=winner.settings(), seconds_per_step=seconds,
+            train_step_flops=flops, replicas=replicas,
+            date=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             record=record))
     untimed = sum("time budget" in (r.get("error") or "") for r in rows)
     progress(f"layout tuning chose {winner.name} ({seconds or float('nan'):.3f} s/step) in "

@@ -1,7 +1,9 @@
 """What the plans say of a built experiment: its memory plan per replica and per device
 (scale/memory.py), the scale plan's Model of it (scale/plan.py), the dry run's plan line,
-and where its variables actually are. The scale package's one module in train's layer of
-the architecture (docs/architecture.md): it builds experiments.
+where its variables actually are, and its step timed on this machine's devices
+(`measure_step`, which bin/plan.py --calibrate records: scale/measured.py). The scale
+package's one module in train's layer of the architecture (docs/architecture.md): it
+builds experiments.
 
 The dry run (bin/train.py --dry_run), bin/plan.py and the training driver read these; the
 experiment itself is built by train/experiment.py.
@@ -11,17 +13,25 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import statistics
+import time
 from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 
 from paragan_tf.distribute import mode as mode_lib
+from paragan_tf.errors import ConfigError
 from paragan_tf.layout import rules as layout_lib
+from paragan_tf.layout import tuning as layout_tuning
 from paragan_tf.models import biggan
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import sync_trainer
+
+# Strategies whose devices all belong to this one process: what one timing can measure.
+MEASURABLE_KINDS = ("one_device", "mirrored", "tpu")
 
 
 def bytes_by_device(exp: experiment_lib.Experiment) -> Dict[str, int]:
@@ -114,3 +124,44 @@ def plan_line(exp: experiment_lib.Experiment, memory: memory_lib.Plan) -> str:
     return plan_lib.detected_line(model_of(exp, {precision: memory}, precision),
                                   exp.layout.hardware.accelerator,
                                   exp.strategy.num_replicas_in_sync)
+
+
+def measure_step(gin_files: Sequence[str], bindings: Sequence[str], steps: int,
+                 progress: Callable[[str], None] = print) -> dict:
+    """The median seconds of `steps` train steps (after 2 warm-up steps: tracing, XLA) of
+    the gin config built as bin/train.py builds it here (its strategy and layout; stand-in
+    pixels of the same shape when its data is not on this machine), with the FLOPs of the
+    step over all its replicas (scale/flops.py): what scale/measured.py records."""
+    if steps < 1:
+        raise ConfigError(f"--calibrate_steps={steps}: time at least 1 step")
+    experiment_lib.parse(gin_files, bindings)
+    kind = experiment_lib.Settings.read().strategy.kind
+    if kind not in MEASURABLE_KINDS:
+        raise ConfigError(f"--calibrate times the devices of one process: strategy.kind "
+                          f"{kind!r} spans processes; calibrate one host with one of "
+                          f"{list(MEASURABLE_KINDS)}")
+    exp = experiment_lib.build(check_data=False)
+    data = exp.source.name
+    try:
+        exp.source.check()
+    except ConfigError as e:  # same shapes, stand-in pixels: the step's compute is the same
+        data = f"synthetic stand-in ({str(e).splitlines()[0]})"
+        experiment_lib.parse(gin_files, list(bindings) + ["dataset.name = 'synthetic'"])
+        exp = experiment_lib.build()
+    trainer = sync_trainer.SyncTrainer(exp)
+    times = []
+    for i in range(2 + steps):
+        start = time.perf_counter()
+        trainer.train(1)
+        times.append(time.perf_counter() - start)
+        progress(f"calibrating: step {i + 1}/{2 + steps} {times[-1]:.3f} s"
+                 + (" (warm-up)" if i < 2 else ""))
+    trainer.close()
+    cfg, replicas = exp.settings.train, exp.strategy.num_replicas_in_sync
+    count = flops_lib.forward(exp.generator, exp.discriminator, cfg.batch_size // replicas)
+    precision = exp.layout.precision
+    return dict(hardware=exp.layout.hardware, precision=precision, data=data,
+                step=layout_tuning.step_shape(exp.settings, precision),
+                train_step_flops=count.train_step(cfg.d_steps, cfg.accumulation) * replicas,
+                replicas=replicas, seconds_per_step=statistics.median(times[2:]),
+                step_seconds=times[2:])

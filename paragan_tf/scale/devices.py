@@ -21,10 +21,13 @@ The measured and fitted numbers below (the input rate per core, the gpu and tpu
 efficiencies) come from scale/calibration.py, which records each one's machine or
 published run, date and command.
 
-Efficiency is the fraction of the datasheet peak a BigGAN train step reaches:
-one number per family and precision, calibrated from one published run each
-(docs/scale.md; tests/scale/test_plan.py re-derives them from the published numbers
-and our FLOP counter, and checks them on the other runs):
+Efficiency is the fraction of the datasheet peak a BigGAN train step reaches. The plan
+takes, in this order: a value given in gin (catalogue.efficiency = {'gpu/float32': ...});
+the newest step measured on that very device kind at that precision (scale/measured.py:
+the layout tuner's timing on bin/train.py's first run, or bin/plan.py --calibrate); else
+the family's fit, one number per family from one published run each (docs/scale.md;
+tests/scale/test_plan.py re-derives them from the published numbers and our FLOP counter,
+and checks them on the other runs):
 
   gpu, float32    BigGAN-PyTorch ImageNet-128 on 8 V100 (fp32, 2,048 images/step,
                   one D step): ~15 days to 150k iterations, 8.64 s/iteration
@@ -33,12 +36,11 @@ and our FLOP counter, and checks them on the other runs):
                   of their much higher peak); plans say so
   tpu, bfloat16   ParaGAN: BigGAN-128 on 1,024 TPU v3 cores in 14 hours, read as
                   the BigGAN-PyTorch schedule (150k iterations of 2,048 images)
-  cpu             this machine's own: the FLOP/s its tuned layout reached on the
-                  newest step measured here (the layout cache, paragan_tf/layout/cache.py:
-                  bin/train.py's first run of a step shape, or bin/bench.py
-                  --suite=layout), over its theoretical peak at that precision; none
-                  until a step has been measured, and the plan says so (a gin value,
-                  catalogue.efficiency = {'cpu/float32': ...}, takes precedence)
+  cpu             no fit: this machine's own measurement (its FLOP/s over its
+                  theoretical peak at that precision, scale/cpu_peak.py), and none
+                  until a step has been measured, which the plan says
+
+Every plan row names its efficiency's source (`efficiency_source`).
 
 Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`) or
 pass a custom device on bin/plan.py's command line.
@@ -47,16 +49,16 @@ pass a custom device on bin/plan.py's command line.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, Optional, Tuple
+from typing import Dict, FrozenSet, Optional, Tuple
 
 import gin
 
 from paragan_tf import precision as precision_lib
 from paragan_tf.layout import rules as layout_lib
-from paragan_tf.layout import cache as layout_cache
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import calibration
 from paragan_tf.scale import cpu_peak
+from paragan_tf.scale import measured
 
 # A host's input pipeline: images/s one core decodes (a ~430x640 JPEG) and resizes to
 # 128 px (measured: calibration.TABLE["input_images_per_core"], with its machine and
@@ -152,47 +154,39 @@ def this_cpu() -> Device:
                   f"{peak['clock_ghz']:.2f} GHz ({peak['clock_source']}), {peak['isa_row']}")
 
 
-def this_cpu_efficiency(precision: str) -> Tuple[float, str]:
-    """(fraction of this machine's theoretical peak, where it comes from) of the newest
-    step measured here at `precision` by the layout tuner; ConfigError when none was."""
-    entries = [e for e in layout_cache.entries_for(layout_lib.detect().signature())
-               if e.get("train_step_flops") and e.get("seconds_per_step") and
-               (e["choice"].get("precision") or e["step"]["precision"]) == precision]
-    if not entries:
-        raise ConfigError(f"this_cpu has no measured step at {precision} yet: bin/train.py "
-                          f"measures its layout on its first run here (or bin/bench.py "
-                          f"--suite=layout); until then give catalogue.efficiency = "
-                          f"{{'cpu/{precision}': ...}}")
-    newest = entries[0]
-    peak = cpu_peak.theoretical_peak()
-    ceiling = peak["bf16_gflops" if precision == "mixed_bfloat16" else "fp32_gflops"] or 0.0
-    if not ceiling:
-        raise ConfigError(f"this_cpu: no theoretical peak known at {precision}")
-    achieved = newest["train_step_flops"] / newest["seconds_per_step"] / 1e9
-    step = newest["step"]
-    return achieved / ceiling, (f"measured here {newest['date']}: {achieved:.1f} of "
-                                f"{ceiling:.1f} GFLOP/s on a {step['resolution']} px step of "
-                                f"batch {step['batch_size']} ({layout_cache.path()})")
-
-
-def detected(accelerator: str) -> Optional[Device]:
-    """The catalogue row of this process's hardware: this_cpu, a known GPU, else None."""
+def detected_name(accelerator: str) -> Optional[str]:
+    """The catalogue name of this process's hardware: this_cpu, a known GPU, else None."""
     if accelerator == "cpu":
-        return this_cpu()
+        return "this_cpu"
     if accelerator == "gpu":
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
         for gpu in tf.config.list_physical_devices("GPU"):
             name = tf.config.experimental.get_device_details(gpu).get("device_name", "")
             for row in CATALOGUE.values():
                 if row.family == "gpu" and row.name in name.lower():
-                    return row
+                    return row.name
     return None  # TPUs do not name their generation to TensorFlow here
+
+
+def detected(accelerator: str) -> Optional[Device]:
+    """The catalogue row of this process's hardware (detected_name), else None."""
+    name = detected_name(accelerator)
+    return this_cpu() if name == "this_cpu" else CATALOGUE[name] if name else None
+
+
+def _fitted_source(family: str, precision: str) -> str:
+    fitted = {"gpu": "efficiency_gpu_float32", "tpu": "efficiency_tpu_bfloat16"}.get(family)
+    if fitted is None:
+        return "given in gin (catalogue.efficiency)"
+    constant = calibration.TABLE[fitted]
+    return f"fitted to {constant.machine} ({fitted} in scale/calibration.py)"
 
 
 @dataclasses.dataclass(frozen=True)
 class Catalogue:
     devices: Dict[str, Device]
     efficiencies: Dict[Tuple[str, str], float]
+    given: FrozenSet[Tuple[str, str]] = frozenset()  # the efficiencies gin gave
 
     def device(self, name: str) -> Device:
         if name == "this_cpu":
@@ -204,14 +198,32 @@ class Catalogue:
         return self.devices[name]
 
     def efficiency(self, device: Device, precision: str) -> float:
-        if device.name == "this_cpu" and (device.family, precision) not in self.efficiencies:
-            return this_cpu_efficiency(precision)[0]
-        try:
-            return self.efficiencies[(device.family, precision)]
-        except KeyError:
+        return self.efficiency_of(device, precision)[0]
+
+    def efficiency_of(self, device: Device, precision: str) -> Tuple[float, str]:
+        """(the fraction of `device`'s peak at `precision` a step reaches, its source):
+        a gin value, else the newest step measured on that device (scale/measured.py),
+        else the family's fit."""
+        key = (device.family, precision)
+        if key in self.given:
+            return self.efficiencies[key], "given in gin (catalogue.efficiency)"
+        this_machine = (layout_lib.detect().signature() if device.name == "this_cpu"
+                        else None)
+        found = measured.efficiency(device.name, device.peak_tflops(precision), precision,
+                                    this_machine)
+        if found:
+            return found
+        if device.name == "this_cpu":
+            raise ConfigError(f"this_cpu has no measured step at {precision} yet: "
+                              f"bin/train.py measures its layout on its first run here "
+                              f"(or bin/plan.py --calibrate); until then give "
+                              f"catalogue.efficiency = {{'cpu/{precision}': ...}}")
+        if key not in self.efficiencies:
             raise ConfigError(f"no efficiency for {device.family} devices at {precision}; "
+                              f"measure one (bin/plan.py --calibrate on the device) or "
                               f"give one: catalogue.efficiency = "
-                              f"{{'{device.family}/{precision}': 0.5}}") from None
+                              f"{{'{device.family}/{precision}': 0.5}}")
+        return self.efficiencies[key], _fitted_source(device.family, precision)
 
 
 @gin.configurable("catalogue")
@@ -235,4 +247,5 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
     for key, value in (efficiency or {}).items():
         family, _, precision = key.partition("/")
         efficiencies[(family, precision)] = float(value)
-    return Catalogue(rows, efficiencies)
+    return Catalogue(rows, efficiencies,
+                     frozenset(tuple(k.partition("/")[::2]) for k in efficiency or {}))

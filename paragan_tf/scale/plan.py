@@ -9,7 +9,9 @@ count N) the plan works out, per replica:
   precision) fits the device, first without recompute, then with it;
 - seconds per train step, in parts:
     compute     the step's FLOPs at that micro-batch (scale/flops.py) /
-                (device peak at the precision x the family's efficiency)
+                (device peak at the precision x the efficiency: given in gin,
+                measured on that device kind, else the family's fit:
+                scale/devices.py, scale/measured.py)
     all-reduce  every update all-reduces its network's float32 gradients once
                 (d_steps x D + G per step): ring 2(N-1)/N x bytes / bandwidth,
                 or hierarchical (a ring inside each host over its fast links,
@@ -187,7 +189,7 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
                           f"batch_size x train.accumulation) does not split over {count} "
                           f"devices")
     examples = model.effective_batch // count
-    efficiency = catalogue.efficiency(device, precision)
+    efficiency, efficiency_source = catalogue.efficiency_of(device, precision)
     memory = model.memory[precision]
     budget = int(device.memory_gib * memory_lib.GIB)
     fitted = memory.fit(examples, budget)
@@ -195,6 +197,7 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     mode, why = modes_lib.mode_needed(fitted, modes)
     row = dict(target=target, device=device.name, count=count, precision=precision,
                peak_tflops_per_device=peak, efficiency=efficiency,
+               efficiency_source=efficiency_source,
                examples_per_replica=examples, memory_gib_per_device=device.memory_gib,
                modes=dict({name: plan.as_dict() for name, plan in modes.items()},
                           needed=mode, why=why))
@@ -230,7 +233,8 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     bottleneck = max(parts, key=parts.get)
     async_gain = step / asynchronous
     seconds = model.total_steps * step
-    caveat = devices_lib.CAVEATS.get((device.family, precision))
+    caveat = (devices_lib.CAVEATS.get((device.family, precision))
+              if efficiency_source.startswith("fitted") else None)
     row.update(
         fits=True, accumulation=accumulation, micro_batch=micro, recompute=recompute,
         memory_gib_per_replica=round(
@@ -263,7 +267,8 @@ def describe(row: dict) -> str:
             f"{sec['all_reduce_exposed']:.3g}, input {sec['input']:.3g}); weak-scaling "
             f"efficiency {row['weak_scaling_efficiency']:.0%}; {row['total_steps']:,} steps "
             f"in {row['wall_clock_hours']:.3g} h, {row['device_hours']:,.0f} device-hours; "
-            f"bound by {row['bottleneck']}")
+            f"bound by {row['bottleneck']}; efficiency {row['efficiency']:.3g} "
+            f"({row['efficiency_source'].split(': ')[0].split(' (')[0]})")
 
 
 def calibrate(model: Model, device: devices_lib.Device, count: int, step_seconds: float,
@@ -271,8 +276,9 @@ def calibrate(model: Model, device: devices_lib.Device, count: int, step_seconds
     """The family's efficiency at which the plan's step for `count` x `device` takes
     `step_seconds` (a published run's): step = (compute at 1 / e + all-reduce) x wait."""
     precision = device.auto_precision() if model.precision == "auto" else model.precision
-    ideal = dataclasses.replace(catalogue, efficiencies={
-        **catalogue.efficiencies, (device.family, precision): 1.0})
+    key = (device.family, precision)
+    ideal = dataclasses.replace(catalogue, efficiencies={**catalogue.efficiencies, key: 1.0},
+                                given=catalogue.given | {key})
     row = plan_target(model, device, count, ideal, assumptions)
     seconds = row["seconds"]
     if not row.get("fits") or row["bottleneck"] == "input":

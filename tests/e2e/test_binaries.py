@@ -109,6 +109,7 @@ def test_dry_run_prints_the_reference_cifar10_counts(tmp_path, monkeypatch):
     assert facts["data_ready"] is False and "tfds build cifar10" in facts["data_error"]
     # The scale plan of this run on this machine, one line (paragan_tf/scale/plan.py).
     assert facts["plan"].startswith("this_cpux1 ") and " s/step " in facts["plan"]
+    assert "(measured on this_cpu 2026-11-27 00:00:00 UTC)" in facts["plan"]  # the entry's
 
 
 BAD_INPUT = {

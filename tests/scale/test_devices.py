@@ -32,7 +32,8 @@ def test_efficiency_by_family_and_precision_and_a_missing_one_named():
     assert catalogue.efficiency(tpu, "mixed_bfloat16") == devices.EFFICIENCY[
         ("tpu", "mixed_bfloat16")]
     with pytest.raises(ConfigError, match=r"no efficiency for tpu devices at mixed_float16; "
-                                          r"give one: catalogue.efficiency = "
+                                          r"measure one \(bin/plan.py --calibrate on the "
+                                          r"device\) or give one: catalogue.efficiency = "
                                           r"\{'tpu/mixed_float16': 0.5\}"):
         catalogue.efficiency(tpu, "mixed_float16")
     # Peaks by precision, and what layout.precision='auto' would pick there.

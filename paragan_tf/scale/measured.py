@@ -1,0 +1,105 @@
+"""Step rates measured on the user's own devices, which the scale plan prefers to its fits.
+
+A fitted efficiency (scale/calibration.py) is one published run's, on other hardware at
+another batch; the user's own device, timed on the experiment's own step, is better.
+Two writers leave such a measurement in the layout cache (paragan_tf/layout/cache.py):
+
+  the layout tuner   bin/train.py's first run of a step shape under a one-process
+                     strategy on a CPU or GPU (layout/tuning.py) times the step and
+                     counts its FLOPs; its entry names the catalogue device it ran on
+                     (`device`: this_cpu, or the GPU's catalogue row; entries older than
+                     that field are CPU ones)
+  --calibrate        bin/plan.py --calibrate builds the experiment as bin/train.py would
+                     on this machine's devices (a strategy of one process: one device,
+                     mirrored, TPU), times a few steps and records a "step_rate" entry
+                     (`record`)
+
+The plan of a catalogue device at a precision reads the newest such entry for that device
+and precision (for this_cpu, one measured on this very machine's hardware): its achieved
+FLOP/s per device (the step's FLOPs, scale/flops.py, over its replicas and its measured
+seconds) over the device's peak is the efficiency, and the plan says where it came from.
+A gin value (catalogue.efficiency) still overrides it. Only FLOP/s are recorded: the
+plan has no bytes-moved model yet to give a measured bandwidth a use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Dict, List, Optional, Tuple
+
+from paragan_tf.errors import ConfigError
+from paragan_tf.layout import cache as layout_cache
+
+KIND = "step_rate"
+
+
+def record(device: str, hardware: Dict[str, object], step: Dict[str, object],
+           train_step_flops: float, replicas: int, seconds_per_step: float, origin: str,
+           tensorflow: str) -> Tuple[str, Optional[str]]:
+    """Stores one measured step of `device` (a catalogue name): the FLOPs of all the
+    step's `replicas` (one per device) and its seconds; (its key, None when written or
+    else why not: the cache never stops a run)."""
+    if train_step_flops <= 0 or seconds_per_step <= 0:
+        raise ValueError(f"a measured step needs positive FLOPs and seconds, not "
+                         f"{train_step_flops} and {seconds_per_step}")
+    facts = dict(schema=layout_cache.SCHEMA, kind=KIND, device=device, hardware=hardware,
+                 tensorflow=tensorflow, step=step)
+    key = KIND + "-" + hashlib.sha256(
+        json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    entry = dict(facts, train_step_flops=float(train_step_flops), replicas=int(replicas),
+                 seconds_per_step=float(seconds_per_step), origin=origin,
+                 date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+    return key, layout_cache.write(key, entry)
+
+
+def _counts(entry: dict, device: str, precision: str,
+            this_machine: Optional[Dict[str, object]]) -> bool:
+    if not isinstance(entry, dict) or entry.get("schema") != layout_cache.SCHEMA:
+        return False
+    step = entry.get("step")
+    flops, seconds = entry.get("train_step_flops"), entry.get("seconds_per_step")
+    if not (isinstance(step, dict) and isinstance(flops, (int, float)) and flops > 0 and
+            isinstance(seconds, (int, float)) and seconds > 0):
+        return False
+    choice = entry.get("choice") if isinstance(entry.get("choice"), dict) else {}
+    if (choice.get("precision") or step.get("precision")) != precision:
+        return False
+    if device == "this_cpu":  # this machine's own only (a cache may be shared by hosts);
+        # tuner entries written before entries named their device are CPU ones
+        return (this_machine is not None and entry.get("hardware") == this_machine and
+                entry.get("device", device) == device)
+    return entry.get("device") == device
+
+
+def entries(device: str, precision: str,
+            this_machine: Optional[Dict[str, object]] = None) -> List[dict]:
+    """The measured steps of `device` at `precision`, newest first; `this_machine`: this
+    machine's hardware signature (layout/rules.py), which older tuner entries carry."""
+    found = [e for e in layout_cache.read_all().values()
+             if _counts(e, device, precision, this_machine)]
+    return sorted(found, key=lambda e: str(e.get("date", "")), reverse=True)
+
+
+def efficiency(device: str, peak_tflops: float, precision: str,
+               this_machine: Optional[Dict[str, object]] = None
+               ) -> Optional[Tuple[float, str]]:
+    """(the newest measured step's FLOP/s over `peak_tflops`, what it was) or None."""
+    found = entries(device, precision, this_machine)
+    if not found or not peak_tflops:
+        return None
+    newest = found[0]
+    replicas = newest.get("replicas") or 1  # the step's FLOPs are all its replicas'
+    achieved = newest["train_step_flops"] / replicas / newest["seconds_per_step"] / 1e12
+    if achieved > peak_tflops:  # a miscounted step or a wrong catalogue row: never plan it
+        raise ConfigError(f"{layout_cache.path()}: the step measured on {device} "
+                          f"{newest.get('date')} reached {achieved:.3g} TFLOP/s per device, "
+                          f"above the catalogue's {peak_tflops:.3g} peak at {precision}: "
+                          f"correct the device's row (catalogue.extra) or remove the entry")
+    step = newest["step"]
+    origin = newest.get("origin") or "the layout tuner"
+    return achieved / peak_tflops, (
+        f"measured on {device} {newest.get('date', '(undated)')}: {achieved:.3g} of "
+        f"{peak_tflops:.3g} TFLOP/s on a {step.get('resolution')} px step of batch "
+        f"{step.get('batch_size')} ({origin}; {layout_cache.path()})")

@@ -1,0 +1,157 @@
+"""The plan calibrates itself on the user's device (scale/measured.py): a step measured on a
+device kind replaces the family's fitted efficiency in every later plan of that kind, and
+the plan says so. GPU and TPU timings are injected here (no accelerator on this machine);
+the CPU path runs bin/plan.py --calibrate for real."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paragan_tf.errors import ConfigError
+from paragan_tf.layout import cache as layout_cache
+from paragan_tf.layout import rules as layout_lib
+from paragan_tf.scale import built
+from paragan_tf.scale import devices
+from paragan_tf.scale import measured
+from paragan_tf.scale import plan
+from paragan_tf.train import experiment
+
+BF16 = "mixed_bfloat16"
+# An H100 step of BigGAN-128 as a user might time it: 8 GPUs, 135 TFLOP/s each.
+STEP = dict(resolution=128, batch_size=2048, precision=BF16, strategy="mirrored")
+REPLICAS, SECONDS = 8, 5.21
+FLOPS = 135e12 * SECONDS * REPLICAS
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "layouts.json"))
+    return tmp_path / "layouts.json"
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    experiment.parse(["gin/tiny.gin"], ["layout.precision = 'auto'"], finalize=False)
+    return built.plan_model(["float32", BF16], progress=lambda _: None)
+
+
+def _record(device="h100", **changes):
+    fields = dict(hardware={"accelerator": "gpu"}, step=STEP, train_step_flops=FLOPS,
+                  replicas=REPLICAS, seconds_per_step=SECONDS, origin="injected",
+                  tensorflow="test")
+    fields.update(changes)
+    key, unwritten = measured.record(device, **fields)
+    assert unwritten is None
+    return key
+
+
+def test_a_measured_step_replaces_the_fit_in_the_plan_and_says_so(cache, tiny_model):
+    catalogue = devices.catalogue()
+    h100 = catalogue.device("h100")
+    fitted = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
+    assert fitted["efficiency"] == devices.EFFICIENCY[("gpu", BF16)]
+    assert fitted["efficiency_source"].startswith("fitted to 8 NVIDIA V100")
+    assert any("tensor cores" in line for line in fitted["advice"])
+
+    _record()
+    row = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
+    achieved = FLOPS / REPLICAS / SECONDS  # FLOP/s per device, as measured
+    assert row["efficiency"] == pytest.approx(achieved / 989e12)
+    # The plan's compute is the step's FLOPs at the rate measured, not at the fit's.
+    assert row["seconds"]["compute"] == pytest.approx(
+        row["train_step_tflop_per_device"] * 1e12 / achieved)
+    assert row["efficiency_source"].startswith("measured on h100 ")
+    assert "135 of 989 TFLOP/s on a 128 px step of batch 2048 (injected" in (
+        row["efficiency_source"])
+    assert "efficiency 0.137 (measured on h100 " in plan.describe(row)
+    assert not any("tensor cores" in line for line in row["advice"])  # the fit's caveat
+
+    # Another device kind, another precision: still the fit.
+    a100 = plan.plan_target(tiny_model, catalogue.device("a100"), 1, catalogue,
+                            plan.Assumptions())
+    assert a100["efficiency"] == devices.EFFICIENCY[("gpu", BF16)]
+    assert catalogue.efficiency_of(h100, "float32")[0] == devices.EFFICIENCY[("gpu", "float32")]
+    # A value given in gin still wins over the measurement.
+    given = devices.catalogue(efficiency={f"gpu/{BF16}": 0.3})
+    assert given.efficiency_of(h100, BF16) == (0.3, "given in gin (catalogue.efficiency)")
+
+
+def test_the_newest_measurement_counts_and_the_tuners_entries_too(cache):
+    catalogue = devices.catalogue()
+    h100 = catalogue.device("h100")
+    _record(seconds_per_step=10.0)
+    entries = json.loads(cache.read_text())
+    (key,) = entries
+    entries[key]["date"] = "2026-01-01 00:00:00 UTC"
+    # What the layout tuner writes on a GPU (layout/tuning.py): its choice, its FLOPs and
+    # replicas, and the catalogue row it ran on; a GPU the catalogue lacks names none.
+    tuner = dict(schema=layout_cache.SCHEMA, hardware={"accelerator": "gpu"}, step=STEP,
+                 choice=dict(precision=BF16, xla=True), train_step_flops=FLOPS,
+                 replicas=REPLICAS, seconds_per_step=SECONDS, date="2026-02-01 00:00:00 UTC",
+                 device="h100")
+    entries["tuned"] = tuner
+    entries["unnamed"] = dict(tuner, device=None, seconds_per_step=1.0,
+                              date="2026-03-01 00:00:00 UTC")
+    cache.write_text(json.dumps(entries))
+    efficiency, source = catalogue.efficiency_of(h100, BF16)
+    assert efficiency == pytest.approx(FLOPS / REPLICAS / SECONDS / 989e12)
+    assert "measured on h100 2026-02-01" in source and "(the layout tuner;" in source
+    # A rate above the device's peak (a miscounted step, a wrong row) is refused by name.
+    entries["fast"] = dict(tuner, seconds_per_step=SECONDS / 10, date="2026-04-01 00:00:00 UTC")
+    cache.write_text(json.dumps(entries))
+    with pytest.raises(ConfigError, match="reached 1.35e.03 TFLOP/s per device, above the "
+                                          "catalogue's 989 peak at mixed_bfloat16"):
+        catalogue.efficiency_of(h100, BF16)
+
+
+def test_this_cpu_counts_only_this_machines_own_steps(cache, monkeypatch):
+    here = layout_lib.detect().signature()
+    elsewhere = dict(here, cpu_model="another CPU")
+    step = dict(STEP, resolution=32, batch_size=8, precision="float32", strategy="one_device")
+    this_cpu = devices.this_cpu()
+    catalogue = devices.catalogue()
+    _record("this_cpu", hardware=elsewhere, step=step, replicas=1, train_step_flops=1e9,
+            seconds_per_step=1.0)
+    with pytest.raises(ConfigError, match="this_cpu has no measured step at float32 yet"):
+        catalogue.efficiency_of(this_cpu, "float32")
+    # A tuner entry from before entries named their device, written on this machine.
+    entries = json.loads(cache.read_text())
+    entries["old"] = dict(schema=layout_cache.SCHEMA, hardware=here, step=step,
+                          choice=dict(precision="float32"), train_step_flops=2e9,
+                          seconds_per_step=1.0, date="2026-11-01 00:00:00 UTC")
+    cache.write_text(json.dumps(entries))
+    efficiency, source = catalogue.efficiency_of(this_cpu, "float32")
+    assert efficiency == pytest.approx(2.0 / this_cpu.peak_fp32_tflops / 1000)
+    assert source.startswith("measured on this_cpu 2026-11-01")
+
+
+def test_plan_calibrate_times_this_cpu_records_it_and_plans_with_it(cache):
+    from tests.helpers.repo import run_binary
+    result = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--calibrate",
+                        "--calibrate_steps=2", "--devices=this_cpux1",
+                        env={"PARAGAN_TF_LAYOUT_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "calibrating: step 4/4" in result.stderr
+    assert "calibrated this_cpu at float32: " in result.stderr
+    (entry,) = json.loads(cache.read_text()).values()
+    assert (entry["kind"], entry["device"], entry["replicas"]) == ("step_rate", "this_cpu", 1)
+    assert entry["seconds_per_step"] > 0 and entry["train_step_flops"] > 0
+    assert entry["step"]["resolution"] == 32 and entry["origin"].startswith(
+        "bin/plan.py --calibrate")
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("this_cpux1")]
+    assert "(measured on this_cpu " in line
+
+
+def test_calibrate_refuses_a_strategy_of_several_processes_and_a_wrong_device():
+    from tests.helpers.repo import run_binary
+    spans = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--calibrate",
+                       "--gin_bindings=strategy.kind = 'parameter_server'")
+    assert spans.returncode == 2
+    assert "strategy.kind 'parameter_server' spans processes" in spans.stderr
+    wrong = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--calibrate",
+                       "--calibrate_device=h100")
+    assert wrong.returncode == 2
+    assert "--calibrate_device=h100 is a gpu device; this machine's steps run on its cpu" in (
+        wrong.stderr)
