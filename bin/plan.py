@@ -102,18 +102,8 @@ def _catalogue() -> devices_lib.Catalogue:
 def _calibrate(progress) -> None:
     """--calibrate: this machine's devices timed on the experiment's step, recorded."""
     common.parse_gin(finalize=False)
-    catalogue, accelerator = _catalogue(), layout_rules.detect().accelerator
-    if FLAGS.calibrate_device:
-        device = catalogue.device(FLAGS.calibrate_device)
-    else:
-        device = devices_lib.detected(accelerator)
-        if device is None:
-            raise ConfigError(f"--calibrate: this {accelerator} has no catalogue row that "
-                              f"names it; say which it is with --calibrate_device (one of "
-                              f"{sorted(catalogue.devices)}, or a --custom_device)")
-    if (accelerator == "cpu") != (device.family == "cpu"):
-        raise ConfigError(f"--calibrate_device={device.name} is a {device.family} device; "
-                          f"this machine's steps run on its {accelerator}")
+    device = devices_lib.to_calibrate(_catalogue(), layout_rules.detect().accelerator,
+                                      FLAGS.calibrate_device)
     step = built.measure_step(FLAGS.gin_file, FLAGS.gin_bindings, FLAGS.calibrate_steps,
                               progress)
     hardware = step["hardware"]

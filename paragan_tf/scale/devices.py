@@ -174,6 +174,23 @@ def detected(accelerator: str) -> Optional[Device]:
     return this_cpu() if name == "this_cpu" else CATALOGUE[name] if name else None
 
 
+def to_calibrate(catalogue: "Catalogue", accelerator: str, name: Optional[str]) -> Device:
+    """The catalogue device a calibration on this `accelerator` measures: `name`, else the
+    detected one; refused by name when there is none or it is not this kind of device."""
+    if name:
+        device = catalogue.device(name)
+    else:
+        device = detected(accelerator)
+        if device is None:
+            raise ConfigError(f"--calibrate: this {accelerator} has no catalogue row that "
+                              f"names it; say which it is with --calibrate_device (one of "
+                              f"{sorted(catalogue.devices)}, or a --custom_device)")
+    if (accelerator == "cpu") != (device.family == "cpu"):
+        raise ConfigError(f"--calibrate_device={device.name} is a {device.family} device; "
+                          f"this machine's steps run on its {accelerator}")
+    return device
+
+
 def _fitted_source(family: str, precision: str) -> str:
     fitted = {"gpu": "efficiency_gpu_float32", "tpu": "efficiency_tpu_bfloat16"}.get(family)
     if fitted is None:

@@ -145,13 +145,14 @@ def test_plan_calibrate_times_this_cpu_records_it_and_plans_with_it(cache):
 
 
 def test_calibrate_refuses_a_strategy_of_several_processes_and_a_wrong_device():
-    from tests.helpers.repo import run_binary
-    spans = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--calibrate",
-                       "--gin_bindings=strategy.kind = 'parameter_server'")
-    assert spans.returncode == 2
-    assert "strategy.kind 'parameter_server' spans processes" in spans.stderr
-    wrong = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--calibrate",
-                       "--calibrate_device=h100")
-    assert wrong.returncode == 2
-    assert "--calibrate_device=h100 is a gpu device; this machine's steps run on its cpu" in (
-        wrong.stderr)
+    with pytest.raises(ConfigError, match="strategy.kind 'parameter_server' spans processes"):
+        built.measure_step(["gin/tiny.gin"], ["strategy.kind = 'parameter_server'"], 2)
+    catalogue = devices.catalogue()
+    with pytest.raises(ConfigError, match="--calibrate_device=h100 is a gpu device; this "
+                                          "machine's steps run on its cpu"):
+        devices.to_calibrate(catalogue, "cpu", "h100")
+    with pytest.raises(ConfigError, match="this tpu has no catalogue row that names it; say "
+                                          "which it is with --calibrate_device"):
+        devices.to_calibrate(catalogue, "tpu", None)
+    assert devices.to_calibrate(catalogue, "tpu", "tpu_v4").name == "tpu_v4"
+    assert devices.to_calibrate(catalogue, "cpu", None).name == "this_cpu"
