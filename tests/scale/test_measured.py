@@ -1,6 +1,6 @@
 """The plan calibrates itself on the user's device (scale/measured.py): a step measured on a
 device kind replaces the family's fitted efficiency in every later plan of that kind, and
-the plan says so. GPU and TPU timings are injected here (no accelerator on this machine);
+the plan says so. GPU timings are injected here (no accelerator on this machine);
 the CPU path runs bin/plan.py --calibrate for real."""
 
 from __future__ import annotations
