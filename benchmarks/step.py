@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence
 
 import tensorflow as tf
 
@@ -134,24 +134,11 @@ def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
                 dominant_conv=dict(input=input_shape, kernel=kernel))
 
 
-def _build(gin_file: str, layout: str, bindings: Sequence[str]) -> Tuple[object, str]:
-    files = [gin_file, f"gin/layouts/{layout}.gin"]
-    experiment_lib.parse(files, bindings)
-    exp = experiment_lib.build(check_data=False)
-    try:
-        exp.source.check()
-        return exp, exp.source.name
-    except ConfigError as e:
-        missing = str(e).splitlines()[0]
-    # Same shapes, stand-in pixels: the step's compute does not depend on them.
-    experiment_lib.parse(files, list(bindings) + ["dataset.name = 'synthetic'"])
-    return experiment_lib.build(), f"synthetic stand-in ({missing})"
-
-
 def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps: int = 5,
                 warmup: int = 2, progress=print, profile_dir: Optional[str] = None) -> dict:
     """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin."""
-    exp, data = _build(gin_file, layout, bindings)
+    exp, data = experiment_lib.build_or_stand_in(
+        [gin_file, f"gin/layouts/{layout}.gin"], bindings)
     cfg = exp.settings.train
     trainer = sync_trainer.SyncTrainer(exp)
     times, waits = [], []

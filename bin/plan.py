@@ -112,7 +112,7 @@ def _calibrate(progress) -> None:
         step["replicas"], step["seconds_per_step"],
         origin=f"bin/plan.py --calibrate, {step['data']}", tensorflow=_tf_version())
     peak = device.peak_tflops(step["precision"])
-    achieved = step["train_step_flops"] / step["replicas"] / step["seconds_per_step"] / 1e12
+    achieved = measured.tflops_per_device(step)
     progress(f"calibrated {device.name} at {step['precision']}: {step['seconds_per_step']:.4g} "
              f"s/step, {achieved:.3g} TFLOP/s per device"
              + (f" ({achieved / peak:.1%} of its {peak:g} peak)" if peak else "")

@@ -28,18 +28,11 @@ def _say(**fields) -> None:
 def main(argv) -> None:
     import paragan_tf  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     from absl import logging  # pylint: disable=import-outside-toplevel
-    from paragan_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
     from paragan_tf.train import sync_trainer  # pylint: disable=import-outside-toplevel
     logging.set_verbosity(logging.WARNING)
     config, bindings = argv[0], list(argv[1:])
-    experiment.parse([config], bindings)
-    exp = experiment.build(check_data=False)
-    try:
-        exp.source.check()
-    except ConfigError:  # same shapes, stand-in pixels: the step's compute is the same
-        experiment.parse([config], bindings + ["dataset.name = 'synthetic'"])
-        exp = experiment.build()
+    exp, _ = experiment.build_or_stand_in([config], bindings)
     trainer = sync_trainer.SyncTrainer(exp)
     warmup = []
     for _ in range(2):
@@ -49,9 +42,7 @@ def main(argv) -> None:
     flops = None
     if os.environ.get("PARAGAN_TF_PROBE_FLOPS") == "1":  # one probe counts for all
         from paragan_tf.scale import flops as flops_lib  # pylint: disable=import-outside-toplevel
-        cfg, replicas = exp.settings.train, exp.strategy.num_replicas_in_sync
-        count = flops_lib.forward(exp.generator, exp.discriminator, cfg.batch_size // replicas)
-        flops = count.train_step(cfg.d_steps, cfg.accumulation) * replicas
+        flops = flops_lib.train_step_flops(exp)
     _say(ready=True, warmup_seconds=warmup, layout=exp.layout.as_dict(),
          train_step_flops=flops, replicas=exp.strategy.num_replicas_in_sync)
     while True:

@@ -142,14 +142,7 @@ def measure_step(gin_files: Sequence[str], bindings: Sequence[str], steps: int,
         raise ConfigError(f"--calibrate times the devices of one process: strategy.kind "
                           f"{kind!r} spans processes; calibrate one host with one of "
                           f"{list(MEASURABLE_KINDS)}")
-    exp = experiment_lib.build(check_data=False)
-    data = exp.source.name
-    try:
-        exp.source.check()
-    except ConfigError as e:  # same shapes, stand-in pixels: the step's compute is the same
-        data = f"synthetic stand-in ({str(e).splitlines()[0]})"
-        experiment_lib.parse(gin_files, list(bindings) + ["dataset.name = 'synthetic'"])
-        exp = experiment_lib.build()
+    exp, data = experiment_lib.build_or_stand_in(gin_files, bindings)
     trainer = sync_trainer.SyncTrainer(exp)
     times = []
     for i in range(2 + steps):
@@ -159,11 +152,10 @@ def measure_step(gin_files: Sequence[str], bindings: Sequence[str], steps: int,
         progress(f"calibrating: step {i + 1}/{2 + steps} {times[-1]:.3f} s"
                  + (" (warm-up)" if i < 2 else ""))
     trainer.close()
-    cfg, replicas = exp.settings.train, exp.strategy.num_replicas_in_sync
-    count = flops_lib.forward(exp.generator, exp.discriminator, cfg.batch_size // replicas)
     precision = exp.layout.precision
     return dict(hardware=exp.layout.hardware, precision=precision, data=data,
                 step=layout_tuning.step_shape(exp.settings, precision),
-                train_step_flops=count.train_step(cfg.d_steps, cfg.accumulation) * replicas,
-                replicas=replicas, seconds_per_step=statistics.median(times[2:]),
+                train_step_flops=flops_lib.train_step_flops(exp),
+                replicas=exp.strategy.num_replicas_in_sync,
+                seconds_per_step=statistics.median(times[2:]),
                 step_seconds=times[2:])

@@ -49,7 +49,7 @@ pass a custom device on bin/plan.py's command line.
 from __future__ import annotations
 
 import dataclasses
-from typing import Dict, FrozenSet, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import gin
 
@@ -202,8 +202,8 @@ def _fitted_source(family: str, precision: str) -> str:
 @dataclasses.dataclass(frozen=True)
 class Catalogue:
     devices: Dict[str, Device]
-    efficiencies: Dict[Tuple[str, str], float]
-    given: FrozenSet[Tuple[str, str]] = frozenset()  # the efficiencies gin gave
+    efficiencies: Dict[Tuple[str, str], float]  # the families' fits
+    given: Dict[Tuple[str, str], float] = dataclasses.field(default_factory=dict)  # in gin
 
     def device(self, name: str) -> Device:
         if name == "this_cpu":
@@ -223,7 +223,7 @@ class Catalogue:
         else the family's fit."""
         key = (device.family, precision)
         if key in self.given:
-            return self.efficiencies[key], "given in gin (catalogue.efficiency)"
+            return self.given[key], "given in gin (catalogue.efficiency)"
         this_machine = (layout_lib.detect().signature() if device.name == "this_cpu"
                         else None)
         found = measured.efficiency(device.name, device.peak_tflops(precision), precision,
@@ -260,9 +260,6 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
             raise ConfigError(f"catalogue.extra[{name!r}]: unknown fields {sorted(unknown)}; "
                               f"known: {sorted(base)}")
         rows[name] = Device(**{**base, **fields, "name": name})
-    efficiencies = dict(EFFICIENCY)
-    for key, value in (efficiency or {}).items():
-        family, _, precision = key.partition("/")
-        efficiencies[(family, precision)] = float(value)
-    return Catalogue(rows, efficiencies,
-                     frozenset(tuple(k.partition("/")[::2]) for k in efficiency or {}))
+    given = {tuple(key.partition("/")[::2]): float(value)
+             for key, value in (efficiency or {}).items()}
+    return Catalogue(rows, dict(EFFICIENCY), given)

@@ -78,6 +78,13 @@ def forward(generator, discriminator, batch: int) -> Forward:
     return Forward(batch, g, d, d_both, max(g_conv, d_conv, key=_conv_size))
 
 
+def train_step_flops(exp) -> int:
+    """One train step's FLOPs over all the replicas of a built experiment."""
+    cfg, replicas = exp.settings.train, exp.strategy.num_replicas_in_sync
+    count = forward(exp.generator, exp.discriminator, cfg.batch_size // replicas)
+    return count.train_step(cfg.d_steps, cfg.accumulation) * replicas
+
+
 @dataclasses.dataclass
 class PerExample:
     """Forward counts as fixed + per_example x batch (from batches 1 and 2)."""

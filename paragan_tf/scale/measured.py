@@ -54,6 +54,12 @@ def record(device: str, hardware: Dict[str, object], step: Dict[str, object],
     return key, layout_cache.write(key, entry)
 
 
+def tflops_per_device(step: dict) -> float:
+    """A measured step's TFLOP/s per device: its FLOPs are all its replicas'."""
+    return (step["train_step_flops"] / (step.get("replicas") or 1)
+            / step["seconds_per_step"] / 1e12)
+
+
 def _counts(entry: dict, device: str, precision: str,
             this_machine: Optional[Dict[str, object]]) -> bool:
     if not isinstance(entry, dict) or entry.get("schema") != layout_cache.SCHEMA:
@@ -90,8 +96,7 @@ def efficiency(device: str, peak_tflops: float, precision: str,
     if not found or not peak_tflops:
         return None
     newest = found[0]
-    replicas = newest.get("replicas") or 1  # the step's FLOPs are all its replicas'
-    achieved = newest["train_step_flops"] / replicas / newest["seconds_per_step"] / 1e12
+    achieved = tflops_per_device(newest)
     if achieved > peak_tflops:  # a miscounted step or a wrong catalogue row: never plan it
         raise ConfigError(f"{layout_cache.path()}: the step measured on {device} "
                           f"{newest.get('date')} reached {achieved:.3g} TFLOP/s per device, "

@@ -277,8 +277,7 @@ def calibrate(model: Model, device: devices_lib.Device, count: int, step_seconds
     `step_seconds` (a published run's): step = (compute at 1 / e + all-reduce) x wait."""
     precision = device.auto_precision() if model.precision == "auto" else model.precision
     key = (device.family, precision)
-    ideal = dataclasses.replace(catalogue, efficiencies={**catalogue.efficiencies, key: 1.0},
-                                given=catalogue.given | {key})
+    ideal = dataclasses.replace(catalogue, given={**catalogue.given, key: 1.0})
     row = plan_target(model, device, count, ideal, assumptions)
     seconds = row["seconds"]
     if not row.get("fits") or row["bottleneck"] == "input":

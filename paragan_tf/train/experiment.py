@@ -61,6 +61,22 @@ def parse(gin_files: Sequence[str], gin_bindings: Sequence[str], finalize: bool 
     gin_config.parse(gin_files, gin_bindings, finalize=finalize)
 
 
+def build_or_stand_in(gin_files: Sequence[str], gin_bindings: Sequence[str]
+                      ) -> Tuple["Experiment", str]:
+    """(the run the gin config describes, where its pixels come from): its own data, or,
+    when that is not on this machine, a synthetic source of the same shape. For timing a
+    step, whose compute does not depend on the pixels."""
+    parse(gin_files, gin_bindings)
+    exp = build(check_data=False)
+    try:
+        exp.source.check()
+        return exp, exp.source.name
+    except ConfigError as e:
+        missing = str(e).splitlines()[0]
+    parse(gin_files, list(gin_bindings) + ["dataset.name = 'synthetic'"])
+    return build(), f"synthetic stand-in ({missing})"
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelOptions:
     """The networks' widths as the gin config binds them (None: the constructor's default).
