@@ -81,22 +81,23 @@ def _l2_normalize(x: tf.Tensor, epsilon: float) -> tf.Tensor:
     return x * tf.math.rsqrt(tf.maximum(tf.reduce_sum(tf.square(x)), epsilon * epsilon))
 
 
-class _SpectralNormalized(keras.layers.Layer):
+class SpectralNormalized(keras.layers.Layer):
     """Base for layers whose kernel is divided by its largest singular value.
 
     One power iteration per training call (Miyato et al. 2018); the estimate
     `u` is a non-trainable variable, so the iteration warm-starts across steps
     and is saved in checkpoints. Replicas see identical kernels, hence compute
     identical `u`: ONLY_FIRST_REPLICA aggregation lets each replica assign it.
+    spectral_norm=False: the kernel as it is, no `u` (networks without SN: pix2pix).
     """
 
     def __init__(self, compute_dtype: Optional[str] = None, numerics: Numerics = REFERENCE,
-                 **kwargs):
+                 spectral_norm: bool = True, **kwargs):
         # compute_dtype: None follows the global policy; "float32" keeps a layer
         # (D's output layers) in float32 under mixed precision.
         self.op_dtype = _float32_layer_kwargs(kwargs, compute_dtype)
         super().__init__(**kwargs)
-        self.numerics = numerics
+        self.numerics, self.spectral_norm = numerics, spectral_norm
 
     def _build_kernel(self, shape, use_bias: bool) -> None:
         """Creates the float32 kernel (initialised per `numerics.init`), the bias and `u`."""
@@ -104,7 +105,8 @@ class _SpectralNormalized(keras.layers.Layer):
                                       initializer=self.numerics.initializer())
         self.bias = (self.add_weight(name="bias", shape=(shape[-1],), initializer="zeros",
                                      dtype=tf.float32) if use_bias else None)
-        self._build_sn(shape[-1])
+        if self.spectral_norm:
+            self._build_sn(shape[-1])
 
     def _build_sn(self, num_out: int) -> None:
         self.sn_u = self.add_weight(
@@ -114,6 +116,8 @@ class _SpectralNormalized(keras.layers.Layer):
             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
 
     def _normalized(self, kernel: tf.Variable, training: bool) -> tf.Tensor:
+        if not self.spectral_norm:
+            return tf.cast(kernel, self.op_dtype)
         w = tf.reshape(tf.convert_to_tensor(kernel), [-1, kernel.shape[-1]])
         # The power iteration is not differentiated (the reference runs it under
         # torch.no_grad()): it reads a stopped w, so no gradient tape records its ops.
@@ -127,7 +131,7 @@ class _SpectralNormalized(keras.layers.Layer):
         return tf.cast(kernel / sigma, self.op_dtype)
 
 
-class SNConv2D(_SpectralNormalized):
+class SNConv2D(SpectralNormalized):
     """2-D convolution (NHWC, stride 1, SAME padding) with a spectrally normalised kernel."""
 
     def __init__(self, filters: int, kernel_size: int = 3, use_bias: bool = True, **kwargs):
@@ -149,7 +153,7 @@ class SNConv2D(_SpectralNormalized):
         return y
 
 
-class SNDense(_SpectralNormalized):
+class SNDense(SpectralNormalized):
     """Fully connected layer with a spectrally normalised kernel."""
 
     def __init__(self, units: int, use_bias: bool = True, **kwargs):
@@ -169,7 +173,7 @@ class SNDense(_SpectralNormalized):
         return y
 
 
-class SNEmbedding(_SpectralNormalized):
+class SNEmbedding(SpectralNormalized):
     """Class embedding table with spectral normalisation (the projection D's class term)."""
 
     def __init__(self, num_classes: int, dim: int, **kwargs):

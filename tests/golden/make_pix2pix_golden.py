@@ -1,0 +1,158 @@
+"""Writes tests/golden/pix2pix_golden.npz from the reference: pytorch-CycleGAN-and-pix2pix.
+
+Not part of the project's environment, and never run by the tests: it needs torch, which
+paragan_tf does not depend on. Everything in the file comes from the reference's own
+classes (models/networks.py: UnetGenerator, NLayerDiscriminator, get_norm_layer), never
+from ours. Made with Python 3.11.7, torch 2.13.0+cpu and numpy, in a scratch venv outside
+the repository, beside a checkout of the reference:
+
+  python3 -m venv /tmp/torchvenv
+  /tmp/torchvenv/bin/pip install torch==2.13.0 numpy  # pin it: unpinned is a CUDA build
+  git clone https://github.com/junyanz/pytorch-CycleGAN-and-pix2pix /tmp/pix2pix
+  git -C /tmp/pix2pix checkout 78913853
+  /tmp/torchvenv/bin/python tests/golden/make_pix2pix_golden.py --reference_dir=/tmp/pix2pix
+
+Writes:
+  params/<name>      trainable parameter counts of the reference's networks as its pix2pix
+                     model builds them (batch norm; the generator with dropout): unet_256,
+                     unet_128 and a 6-level U-Net (64 px), 3 channels in and out; the
+                     'basic' D on 6 channels (3 + 3) and on 2 (1 + 1)
+  weights/<layer>/<variable>  a small U-Net (32 px, ngf 2, no dropout) and a small 'basic'
+                     D (ndf 2, 6 channels), laid out as our layers hold them: convolution
+                     kernels [4, 4, in, out] (a transposed convolution's too: in is what it
+                     reads), batch norm's gain, bias, moving_mean, moving_variance; every
+                     value random, so a transposed or swapped tensor shows
+  x                  [2, 32, 32, 3] inputs (NHWC)
+  g_train, g_eval    the U-Net's outputs in training mode (batch statistics) and in
+                     evaluation mode (the moving statistics), NHWC
+  d_train, d_eval    the D's logits on (g_train, x) in each mode, NHWC
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+
+import numpy as np
+import torch
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pix2pix_golden.npz")
+
+
+def _networks(reference_dir: str):
+    path = os.path.join(reference_dir, "models", "networks.py")
+    spec = importlib.util.spec_from_file_location("reference_networks", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _count(net) -> int:
+    return sum(p.numel() for p in net.parameters() if p.requires_grad)
+
+
+def _conv(weight) -> np.ndarray:
+    """nn.Conv2d's [out, in, kh, kw] as our [kh, kw, in, out]."""
+    return weight.detach().numpy().transpose(2, 3, 1, 0)
+
+
+def _up_conv(weight) -> np.ndarray:
+    """nn.ConvTranspose2d's [in, out, kh, kw] as our [kh, kw, in, out]."""
+    return weight.detach().numpy().transpose(2, 3, 0, 1)
+
+
+def _norm(bn, name: str, out: dict) -> None:
+    # Copies: .numpy() shares the buffers a training-mode forward pass updates in place.
+    out[f"weights/{name}/gain"] = bn.weight.detach().numpy()
+    out[f"weights/{name}/bias"] = bn.bias.detach().numpy()
+    out[f"weights/{name}/moving_mean"] = bn.running_mean.numpy().copy()
+    out[f"weights/{name}/moving_variance"] = bn.running_var.numpy().copy()
+
+
+def _unet_weights(networks, generator, out: dict) -> None:
+    """Walks the nested skip blocks from the outermost (level 0) in."""
+    block, level = generator.model, 0
+    while block is not None:
+        inner, seen_inner = None, False
+        for layer in block.model:
+            if isinstance(layer, networks.UnetSkipConnectionBlock):
+                inner, seen_inner = layer, True
+            elif isinstance(layer, torch.nn.ConvTranspose2d):
+                out[f"weights/up{level}/kernel"] = _up_conv(layer.weight)
+                if layer.bias is not None:
+                    out[f"weights/up{level}/bias"] = layer.bias.detach().numpy()
+                seen_inner = True  # what follows is the way up
+            elif isinstance(layer, torch.nn.Conv2d):
+                out[f"weights/down{level}/kernel"] = _conv(layer.weight)
+            elif isinstance(layer, torch.nn.BatchNorm2d):
+                _norm(layer, f"{'up' if seen_inner else 'down'}_norm{level}", out)
+        block, level = inner, level + 1
+
+
+def _d_weights(discriminator, out: dict) -> None:
+    convs = [m for m in discriminator.model if isinstance(m, torch.nn.Conv2d)]
+    norms = [m for m in discriminator.model if isinstance(m, torch.nn.BatchNorm2d)]
+    for n, conv in enumerate(convs[:-1]):
+        out[f"weights/conv{n}/kernel"] = _conv(conv.weight)
+        if conv.bias is not None:
+            out[f"weights/conv{n}/bias"] = conv.bias.detach().numpy()
+    out["weights/out_conv/kernel"] = _conv(convs[-1].weight)
+    out["weights/out_conv/bias"] = convs[-1].bias.detach().numpy()
+    for n, norm in enumerate(norms, start=1):
+        _norm(norm, f"norm{n}", out)
+
+
+def _randomise(net, generator: torch.Generator) -> None:
+    """Every parameter and batch-norm statistic random (variances positive)."""
+    with torch.no_grad():
+        for module in net.modules():
+            for name, tensor in list(module.named_parameters(recurse=False)):
+                tensor.copy_(0.2 * torch.randn(tensor.shape, generator=generator))
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.running_mean.copy_(0.1 * torch.randn(module.running_mean.shape,
+                                                            generator=generator))
+                module.running_var.copy_(0.5 + torch.rand(module.running_var.shape,
+                                                          generator=generator))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference_dir", required=True,
+                        help="pytorch-CycleGAN-and-pix2pix at 78913853")
+    args = parser.parse_args()
+    networks = _networks(args.reference_dir)
+    batch = networks.get_norm_layer("batch")
+    out = {}
+    for name, downs in (("unet_256", 8), ("unet_128", 7), ("unet_64", 6)):
+        out[f"params/{name}"] = _count(networks.UnetGenerator(3, 3, downs, 64, batch, True))
+    for channels in (6, 2):
+        out[f"params/basic_d_{channels}"] = _count(
+            networks.NLayerDiscriminator(channels, 64, 3, batch))
+
+    rng = torch.Generator().manual_seed(0)
+    generator = networks.UnetGenerator(3, 3, 5, 2, batch, use_dropout=False)
+    discriminator = networks.NLayerDiscriminator(6, 2, 3, batch)
+    _randomise(generator, rng)
+    _randomise(discriminator, rng)
+    # The weights (and moving statistics) before any forward pass changes them.
+    _unet_weights(networks, generator, out)
+    _d_weights(discriminator, out)
+    x = torch.rand((2, 3, 32, 32), generator=rng) * 2 - 1
+    with torch.no_grad():
+        generator.eval(), discriminator.eval()
+        g_eval = generator(x)
+        d_eval = discriminator(torch.cat([x, g_eval], 1))
+        generator.train(), discriminator.train()
+        g_train = generator(x)
+        d_train = discriminator(torch.cat([x, g_train], 1))
+    nhwc = lambda t: t.numpy().transpose(0, 2, 3, 1)  # noqa: E731
+    out.update(x=nhwc(x), g_train=nhwc(g_train), g_eval=nhwc(g_eval),
+               d_train=nhwc(d_train), d_eval=nhwc(d_eval))
+    np.savez_compressed(OUT, **out)
+    print({k: int(v) for k, v in out.items() if k.startswith("params/")})
+    print(f"wrote {OUT}: {sum(np.size(v) for v in out.values())} numbers")
+
+
+if __name__ == "__main__":
+    main()
