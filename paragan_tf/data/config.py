@@ -11,7 +11,9 @@ from paragan_tf.errors import ConfigError
 
 # Sources whose channel count is the reader's choice (dataset.channels); the others
 # have the channels they have.
-CHANNEL_CHOICE = ("image_folder", "records", "synthetic")
+CHANNEL_CHOICE = ("image_folder", "pix2pix_folder", "records", "synthetic")
+# Which half of a pix2pix_folder file is the input (data/paired.py).
+DIRECTIONS = ("AtoB", "BtoA")
 
 
 @gin.configurable("dataset")
@@ -44,6 +46,8 @@ class DatasetConfig:
       per_class_limit: train on the first this many examples of each class of
         `split` (in its stored order, the same subset on every run and worker);
         0: all. For small-data experiments: 100 gives a 1,000-image Fashion-MNIST.
+      direction: pix2pix_folder: "AtoB" when each file's left half is the input (the
+        pix2pix format), "BtoA" when it is the target (facades, as its authors train it).
     """
 
     name: str = "mnist5k"
@@ -58,6 +62,7 @@ class DatasetConfig:
     channels: int = 0
     scan_images: str = "auto"
     per_class_limit: int = 0
+    direction: str = "AtoB"
 
     def __post_init__(self):
         if self.fit not in ("auto", "pad", "resize"):
@@ -70,6 +75,9 @@ class DatasetConfig:
         if self.scan_images not in ("auto", "full", "lazy"):
             raise ConfigError(f"dataset.scan_images={self.scan_images!r} must be auto, full "
                               f"or lazy")
+        if self.direction not in DIRECTIONS:
+            raise ConfigError(f"dataset.direction={self.direction!r} must be one of "
+                              f"{DIRECTIONS}")
         if self.per_class_limit < 0:
             raise ConfigError(f"dataset.per_class_limit={self.per_class_limit} must be >= 0 "
                               f"(0: every example)")

@@ -17,6 +17,8 @@ Names:
                  log and counted in `health/corrupt_images` (`dataset.scan_images`;
                  data/decoding.py).
   synthetic      random images (benchmarks, tests).
+  pix2pix_folder, fashion_mnist_edges, mnist5k_edges
+                 input/target pairs for image-to-image translation (data/paired.py).
 Every source states its spec (classes and their names, channels) without
 decoding the data, so dry runs and start-up checks are cheap.
 """
@@ -70,6 +72,8 @@ class Source:
     corrupt: Optional[decoding.CorruptImages] = None
     # A prepared dataset (data/records.py), streamed by position instead of by split.
     prepared: Optional[records_lib.Records] = None
+    # Each example an input and its target side by side, [h, 2w, c] (data/paired.py).
+    paired: bool = False
 
     def shard(self, split: str, num_shards: int, index,
               parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
@@ -90,7 +94,7 @@ class Source:
                                        parallel)
 
 
-def _stored_order(n: int) -> np.ndarray:
+def stored_order(n: int) -> np.ndarray:
     """A fixed pseudo-random order of n records.
 
     Our packaged data come sorted by class; a real store is written shuffled.
@@ -114,7 +118,7 @@ def _from_arrays(name: str, splits: Dict[str, Callable[[], tuple]], class_names:
             raise ConfigError(f"dataset.split={split!r} does not exist for {name}; "
                               f"choose one of {sorted(splits)} (a slice: 'train[:4500]')")
         images, labels = splits[base]()
-        order = _stored_order(len(labels))
+        order = stored_order(len(labels))
         if sliced:
             start, stop = (int(v) if v else None for v in sliced.group(2, 3))
             order = order[start:stop]
@@ -263,7 +267,7 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 0,
                           f"(expected {data_dir}/<class>/<file>{image_files.TF_EXTENSIONS[0]})")
     if not channels:
         channels, looked = image_files.detect_channels(
-            [files[i] for i in _stored_order(len(files))], image_files.pil_mode)
+            [files[i] for i in stored_order(len(files))], image_files.pil_mode)
         logging.info("image_folder: %d channel%s (%d images looked at%s; set dataset.channels "
                      "to override)", channels, "" if channels == 1 else "s", looked,
                      ", all greyscale" if channels == 1 else "")
@@ -302,7 +306,7 @@ def _image_folder(data_dir: Optional[str] = None, channels: int = 0,
     def records(split: str) -> tf.data.Dataset:
         if split != "train":
             raise ConfigError(f"dataset.split={split!r}: an image folder has only 'train'")
-        order = _stored_order(len(files))
+        order = stored_order(len(files))
         order = order[usable[order]]
         return tf.data.Dataset.from_tensor_slices((np.array(files)[order],
                                                    np.array(labels, np.int32)[order]))
@@ -338,13 +342,17 @@ _REGISTRY = {
 
 def names() -> list:
     """Registered dataset names (plus the open-ended `tfds:NAME`)."""
-    return sorted(_REGISTRY) + ["tfds:NAME"]
+    from paragan_tf.data import paired  # pylint: disable=import-outside-toplevel
+    return sorted(list(_REGISTRY) + list(paired.NAMES)) + ["tfds:NAME"]
 
 
 def get_source(name: str, **options) -> Source:
     """Looks a dataset up by name; raises ConfigError naming `dataset.name` when unknown."""
     if name.startswith("tfds:"):
         return _tfds(name[len("tfds:"):], **options)
+    from paragan_tf.data import paired  # pylint: disable=import-outside-toplevel
+    if name in paired.NAMES:  # built on this module's sources
+        return paired.get_source(name, **options)
     if name not in _REGISTRY:
         raise ConfigError(f"dataset.name={name!r} is unknown; choose one of {names()}")
     return _REGISTRY[name](**options)

@@ -49,9 +49,14 @@ def load_source(config: data_config.DatasetConfig, check: bool = True) -> datase
 
     With check=False only the spec is needed (dry runs): absent data is not an error.
     """
+    if config.direction != "AtoB" and config.name != "pix2pix_folder":
+        raise ConfigError(f"dataset.direction={config.direction!r} applies to pix2pix_folder "
+                          f"only, not to {config.name}")
     source = datasets.get_source(config.name, data_dir=config.data_dir,
                                  download=config.download, skip_corrupt=config.skip_corrupt,
-                                 channels=config.channels, scan_images=config.scan_images)
+                                 channels=config.channels, scan_images=config.scan_images,
+                                 **({"direction": config.direction}
+                                    if config.name == "pix2pix_folder" else {}))
     if config.channels and config.name not in data_config.CHANNEL_CHOICE and \
             config.channels != source.channels:
         raise ConfigError(f"dataset.channels={config.channels}: {config.name} has "
@@ -128,6 +133,14 @@ def fit_image(image: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
         out = tf.cond(fits, pad, resize)
     out = tf.ensure_shape(out, [resolution, resolution, image.shape[-1]])
     return out / 127.5 - 1.0
+
+
+def fit_pair(pair: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
+    """A paired example (data/paired.py), uint8 [h, 2w, c] -> float32 [resolution,
+    resolution, 2c] in [-1, 1]: each half fitted on its own, the input's channels first."""
+    inputs, targets = tf.split(pair, 2, axis=1)
+    return tf.concat([fit_image(inputs, resolution, fit), fit_image(targets, resolution, fit)],
+                     axis=-1)
 
 
 def keep_classes(ds: tf.data.Dataset, classes: Optional[Sequence[int]],
@@ -243,8 +256,10 @@ def real_input_fn(source: datasets.Source, config: data_config.DatasetConfig, gl
     def keep(ds):
         return keep_classes(ds, classes, source.num_classes)
 
+    fit_example = fit_pair if source.paired else fit_image
+
     def fit(ds):
-        return ds.map(lambda image, label: (fit_image(image, config.resolution, config.fit),
+        return ds.map(lambda image, label: (fit_example(image, config.resolution, config.fit),
                                             label),
                       num_parallel_calls=parallel, deterministic=True)
 

@@ -200,6 +200,10 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
                           f"choose one of {sorted(biggan.G_ARCH)}")
     source = pipeline.load_source(data, check=check_data)
+    if source.paired:
+        raise ConfigError(f"dataset.name={data.name!r} holds input/target pairs for "
+                          f"image-to-image translation (pix2pix), which the train step does "
+                          f"not train yet; BigGAN trains on labelled images")
     if source.prepared is not None:  # read as the shards it was prepared in
         shards = len(source.prepared.manifest.shards)
         if input_config.num_shards not in (shards, tuning.InputConfig.num_shards):

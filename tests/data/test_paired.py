@@ -1,0 +1,111 @@
+"""Paired data (data/paired.py): the pix2pix folder format, the edges datasets built from
+installed data, and pairs fitted and flipped as one through the input pipeline."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from paragan_tf.data import config as data_config
+from paragan_tf.data import datasets
+from paragan_tf.data import paired
+from paragan_tf.data import pipeline
+from paragan_tf.errors import ConfigError
+from paragan_tf.train import experiment
+
+
+def _write_pairs(root: str, split: str, count: int, side: int = 12, channels: int = 3,
+                 odd: bool = False) -> np.ndarray:
+    """`count` random pairs written as PNG files root/split/NNN.png; the pairs, by name."""
+    os.makedirs(os.path.join(root, split), exist_ok=True)
+    rng = np.random.default_rng(len(split) + count)
+    pairs = rng.integers(0, 256, (count, side, 2 * side + odd, channels), dtype=np.uint8)
+    for i, pair in enumerate(pairs):
+        tf.io.write_file(os.path.join(root, split, f"{i:03d}.png"), tf.io.encode_png(pair))
+    return pairs
+
+
+def test_a_pix2pix_folder_reads_each_split_as_side_by_side_pairs(tmp_path):
+    train = _write_pairs(str(tmp_path), "train", 5)
+    val = _write_pairs(str(tmp_path), "val", 2)
+    (tmp_path / "train" / "notes.txt").write_text("not an image")
+    source = datasets.get_source("pix2pix_folder", data_dir=str(tmp_path))
+    source.check()
+    assert source.paired and source.channels == 3 and source.num_classes == 1
+    for split, written in (("train", train), ("val", val)):
+        read = sorted((image.tobytes() for image, label in
+                       source.make(split).as_numpy_iterator()))
+        assert read == sorted(pair.tobytes() for pair in written)
+    with pytest.raises(ConfigError, match="dataset.split='test'.*train"):
+        source.make("test")
+
+
+def test_btoa_swaps_the_halves(tmp_path):
+    written = _write_pairs(str(tmp_path), "train", 1, channels=1)[0]
+    source = datasets.get_source("pix2pix_folder", data_dir=str(tmp_path), direction="BtoA")
+    image, _ = next(source.make("train").as_numpy_iterator())
+    np.testing.assert_array_equal(image[:, :12], written[:, 12:])
+    np.testing.assert_array_equal(image[:, 12:], written[:, :12])
+
+
+def test_an_odd_width_file_is_named_at_start_up(tmp_path):
+    _write_pairs(str(tmp_path), "train", 2, odd=True)
+    source = datasets.get_source("pix2pix_folder", data_dir=str(tmp_path))
+    with pytest.raises(ConfigError, match="000.png is 25 x 12.*even width"):
+        source.check()
+
+
+def test_edges_mark_the_outline_of_a_shape():
+    square = np.zeros((1, 12, 12, 1), np.uint8)
+    square[:, 3:9, 3:9] = 255
+    edges = paired.edges_of(square)[0, ..., 0]
+    assert set(np.unique(edges)) == {0, 255}
+    assert edges[3, 5] == 255 and edges[5, 3] == 255  # on the outline
+    assert edges[5, 5] == 0 and edges[0, 0] == 0  # inside, outside
+
+
+def test_mnist5k_edges_pairs_each_digit_with_its_edges():
+    source = datasets.get_source("mnist5k_edges")
+    digits = datasets.get_source("mnist5k")
+    assert source.paired and source.num_examples == 5000 and source.channels == 1
+    pair, label = next(source.make("train").as_numpy_iterator())
+    digit, _ = next(digits.make("train").as_numpy_iterator())
+    assert pair.shape == (28, 56, 1) and label == 0
+    np.testing.assert_array_equal(pair[:, 28:], digit)
+    np.testing.assert_array_equal(pair[:, :28], paired.edges_of(digit[None])[0])
+
+
+def test_the_pipeline_fits_each_half_and_flips_both_alike(tmp_path):
+    written = _write_pairs(str(tmp_path), "train", 4, side=8)
+    source = datasets.get_source("pix2pix_folder", data_dir=str(tmp_path))
+    config = data_config.DatasetConfig(name="pix2pix_folder", data_dir=str(tmp_path),
+                                       resolution=16, fit="resize", shuffle_buffer=4,
+                                       random_flip=True)
+    input_fn = pipeline.real_input_fn(source, config, global_batch_size=4, seed=3)
+    images, _ = next(iter(input_fn(tf.distribute.InputContext(1, 0, 1))))
+    assert images.shape == (4, 16, 16, 6)
+    inputs, targets = paired.split_pair(images)
+    # Each half is its own image, fitted alone; a flip flips both or neither.
+    expected = {}
+    for pair in written:
+        a = pipeline.fit_image(pair[:, :8], 16, "resize").numpy()
+        b = pipeline.fit_image(pair[:, 8:], 16, "resize").numpy()
+        expected[a.tobytes()] = (b, False)
+        expected[a[:, ::-1].tobytes()] = (b[:, ::-1], True)
+    found = [expected[a.tobytes()] for a in inputs.numpy()]
+    for (target, _), b in zip(found, targets.numpy()):
+        np.testing.assert_allclose(target, b, atol=1e-6)
+    assert 0 < sum(flip for _, flip in found) < 4  # this seed flips some, not all
+
+
+def test_direction_elsewhere_and_biggan_on_pairs_are_refused_by_name(tiny_gin):
+    with pytest.raises(ConfigError, match="direction='BtoA' applies to pix2pix_folder"):
+        pipeline.load_source(data_config.DatasetConfig(name="mnist5k", direction="BtoA"))
+    with pytest.raises(ConfigError, match="direction='CtoD' must be one of"):
+        data_config.DatasetConfig(name="pix2pix_folder", direction="CtoD")
+    tiny_gin("dataset.name = 'mnist5k_edges'")
+    with pytest.raises(ConfigError, match="mnist5k_edges.*pairs.*pix2pix"):
+        experiment.build(check_data=False)
