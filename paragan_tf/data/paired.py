@@ -4,8 +4,9 @@ A paired example is one uint8 image holding the input and the target side by sid
 [h, 2w, c], left the input (pix2pix's own format, `direction='AtoB'`), label 0. Kept as
 one image, a pair travels through everything an image does (shuffling, sharding,
 tf.data service, streaming with exact resume); only fitting it to the resolution
-(data/pipeline.py's `fit_pair`) knows it is two: each half is fitted on its own and the two are stacked
-along channels, float32 [r, r, 2c], input first, so a random flip flips both alike.
+(data/pipeline.py's `fit_pair`) knows it is two: each half is fitted on its own and the
+two are stacked along channels, float32 [r, r, 2c], input first, so a random flip flips
+both alike.
 
 Names:
   pix2pix_folder       `dataset.data_dir/<split>/<image files>`, each file input and

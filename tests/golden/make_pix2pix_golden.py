@@ -2,8 +2,8 @@
 
 Not part of the project's environment, and never run by the tests: it needs torch, which
 paragan_tf does not depend on. Everything in the file comes from the reference's own
-classes (models/networks.py: UnetGenerator, NLayerDiscriminator, get_norm_layer), never
-from ours. Made with Python 3.11.7, torch 2.13.0+cpu and numpy, in a scratch venv outside
+classes (models/networks.py: UnetGenerator, NLayerDiscriminator, get_norm_layer, GANLoss),
+never from ours. Made with Python 3.11.7, torch 2.13.0+cpu and numpy, in a scratch venv outside
 the repository, beside a checkout of the reference:
 
   python3 -m venv /tmp/torchvenv
@@ -26,6 +26,12 @@ Writes:
   g_train, g_eval    the U-Net's outputs in training mode (batch statistics) and in
                      evaluation mode (the moving statistics), NHWC
   d_train, d_eval    the D's logits on (g_train, x) in each mode, NHWC
+  loss/...           the reference pix2pix model's losses (models/pix2pix_model.py:
+                     backward_D, backward_G; its GANLoss and L1Loss, lambda_L1 = 100) on
+                     random patch logits loss/real_logits, loss/fake_logits [2, 3, 3, 1] and
+                     images loss/outputs, loss/targets [2, 4, 4, 3]: loss/d_<gan> and
+                     loss/g_<gan> for gan vanilla (BCE on the sigmoid, D with use_sigmoid)
+                     and lsgan (MSE on the logits)
 """
 
 from __future__ import annotations
@@ -116,6 +122,26 @@ def _randomise(net, generator: torch.Generator) -> None:
                                                           generator=generator))
 
 
+def _losses(networks, rng: torch.Generator, out: dict) -> None:
+    """backward_D's and backward_G's sums, as the reference pix2pix model forms them."""
+    real = 2 * torch.randn((2, 1, 3, 3), generator=rng)
+    fake = 2 * torch.randn((2, 1, 3, 3), generator=rng)
+    outputs = torch.rand((2, 3, 4, 4), generator=rng) * 2 - 1
+    targets = torch.rand((2, 3, 4, 4), generator=rng) * 2 - 1
+    l1 = torch.nn.L1Loss()(outputs, targets) * 100.0
+    for gan, lsgan in (("vanilla", False), ("lsgan", True)):
+        criterion = networks.GANLoss(use_lsgan=lsgan)
+        # With use_sigmoid (the vanilla GAN's D) the D's output is the sigmoid of its logits.
+        squash = (lambda t: t) if lsgan else torch.sigmoid
+        d = (criterion(squash(fake), False) + criterion(squash(real), True)) * 0.5
+        g = criterion(squash(fake), True) + l1
+        out[f"loss/d_{gan}"], out[f"loss/g_{gan}"] = d.item(), g.item()
+    nhwc = lambda t: t.numpy().transpose(0, 2, 3, 1)  # noqa: E731
+    out.update({"loss/real_logits": nhwc(real), "loss/fake_logits": nhwc(fake),
+                "loss/outputs": nhwc(outputs), "loss/targets": nhwc(targets),
+                "loss/l1": l1.item()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference_dir", required=True,
@@ -146,6 +172,7 @@ def main() -> None:
         generator.train(), discriminator.train()
         g_train = generator(x)
         d_train = discriminator(torch.cat([x, g_train], 1))
+    _losses(networks, rng, out)
     nhwc = lambda t: t.numpy().transpose(0, 2, 3, 1)  # noqa: E731
     out.update(x=nhwc(x), g_train=nhwc(g_train), g_eval=nhwc(g_eval),
                d_train=nhwc(d_train), d_eval=nhwc(d_eval))
