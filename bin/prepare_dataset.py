@@ -5,10 +5,13 @@
         --policy=pad --group_by_class
     python bin/prepare_dataset.py --source=tfds:cifar10 --tfds_data_dir=~/tensorflow_datasets \
         --output=data/cifar32 --resolution=32
+    python bin/prepare_dataset.py --source=facades/ --paired --split=train \
+        --output=data/facades256 --resolution=256 --policy=resize
 
 Then train on it with `--gin_bindings="dataset.name='records'"
 --gin_bindings="dataset.data_dir='data/photos64'"`. The source folder holds one
-sub-folder per class; hidden entries and non-image files are skipped and
+sub-folder per class (with --paired, one per split of input|target pairs, pix2pix's
+format: each half is fitted alone); hidden entries and non-image files are skipped and
 counted. Work runs on every core, memory stays flat however many images there
 are, and an interrupted run resumes where it stopped when started again with
 the same arguments (paragan_tf/data/prepare.py has the details).
@@ -34,7 +37,9 @@ flags.DEFINE_bool("group_by_class", False,
 flags.DEFINE_integer("images_per_shard", 1000, "Images per shard.")
 flags.DEFINE_enum("encoding", "png", list(prepare.ENCODINGS), "png (lossless) or jpeg (q 95).")
 flags.DEFINE_integer("channels", 0, "1 or 3; 0: 1 when the images are greyscale, else 3.")
-flags.DEFINE_string("split", "train", "TFDS sources: the split to prepare.")
+flags.DEFINE_string("split", "train", "TFDS sources and --paired: the split to prepare.")
+flags.DEFINE_bool("paired", False, "The source is a pix2pix folder, <split>/<image> with each "
+                  "image an input and its target side by side; each half is fitted alone.")
 flags.DEFINE_string("tfds_data_dir", None, "TFDS sources: where the dataset is prepared.")
 flags.DEFINE_integer("workers", 0, "Worker processes; 0: one per core.")
 
@@ -46,7 +51,8 @@ def _main() -> int:
     prepare.prepare(prepare.Options(
         FLAGS.source, FLAGS.output, FLAGS.resolution, FLAGS.policy, FLAGS.group_by_class,
         FLAGS.images_per_shard, FLAGS.encoding, FLAGS.channels, FLAGS.split,
-        FLAGS.tfds_data_dir, FLAGS.workers), log=lambda line: print(line, flush=True))
+        FLAGS.tfds_data_dir, FLAGS.workers, FLAGS.paired),
+        log=lambda line: print(line, flush=True))
     return 0
 
 

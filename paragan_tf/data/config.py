@@ -46,8 +46,9 @@ class DatasetConfig:
       per_class_limit: train on the first this many examples of each class of
         `split` (in its stored order, the same subset on every run and worker);
         0: all. For small-data experiments: 100 gives a 1,000-image Fashion-MNIST.
-      direction: pix2pix_folder: "AtoB" when each file's left half is the input (the
-        pix2pix format), "BtoA" when it is the target (facades, as its authors train it).
+      direction: pix2pix_folder and paired records: "AtoB" when each pair's left half is
+        the input (the pix2pix format), "BtoA" when it is the target (facades, as its
+        authors train it).
     """
 
     name: str = "mnist5k"

@@ -221,7 +221,14 @@ def _tfds(tfds_name: str, data_dir: Optional[str] = None, download: bool = False
                   class_names=tuple(features["label"].names))
 
 
-def _records(data_dir: Optional[str] = None, channels: int = 0, **_) -> Source:
+def swap_halves(pair: tf.Tensor) -> tf.Tensor:
+    """A pair [h, 2w, c] with its left and right halves swapped (dataset.direction='BtoA')."""
+    left, right = tf.split(pair, 2, axis=1)
+    return tf.concat([right, left], axis=1)
+
+
+def _records(data_dir: Optional[str] = None, channels: int = 0, direction: str = "AtoB",
+             **_) -> Source:
     if not data_dir:
         raise ConfigError("dataset.name='records' needs dataset.data_dir=<a directory written by "
                           "bin/prepare_dataset.py>")
@@ -229,10 +236,16 @@ def _records(data_dir: Optional[str] = None, channels: int = 0, **_) -> Source:
     prepared = records_lib.Records(data_dir, manifest)
     channels = channels or manifest.channels
     size = manifest.resolution
+    if direction != "AtoB" and not manifest.paired:
+        raise ConfigError(f"dataset.direction={direction!r}: {data_dir} holds images, not "
+                          f"pairs (bin/prepare_dataset.py --paired prepares pairs)")
 
     def decode(encoded, label):
         image = tf.io.decode_image(encoded, channels=channels, expand_animations=False)
-        return tf.ensure_shape(image, [size, size, channels]), label
+        if not manifest.paired:
+            return tf.ensure_shape(image, [size, size, channels]), label
+        image = tf.ensure_shape(image, [size, 2 * size, channels])
+        return swap_halves(image) if direction == "BtoA" else image, label
 
     def records(split: str) -> tf.data.Dataset:
         if split != manifest.split:
@@ -244,7 +257,8 @@ def _records(data_dir: Optional[str] = None, channels: int = 0, **_) -> Source:
         return records(split).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
     return Source("records", len(manifest.classes), channels, make, manifest.num_examples,
                   check=lambda: manifest.check_shards(data_dir), records=records,
-                  decode=decode, class_names=tuple(manifest.classes), prepared=prepared)
+                  decode=decode, class_names=tuple(manifest.classes), prepared=prepared,
+                  paired=manifest.paired)
 
 
 def _image_folder(data_dir: Optional[str] = None, channels: int = 0,

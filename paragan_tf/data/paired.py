@@ -12,7 +12,8 @@ Names:
   pix2pix_folder       `dataset.data_dir/<split>/<image files>`, each file input and
                        target side by side (facades, maps, cityscapes, edges2shoes as
                        their authors publish them: `train/`, `val/`, `test/`);
-                       `dataset.direction='BtoA'` when the target is on the left
+                       `dataset.direction='BtoA'` when the target is on the left;
+                       bin/prepare_dataset.py --paired prepares it as records
   fashion_mnist_edges  Fashion-MNIST (Debian's package) with its edges as the input:
   mnist5k_edges        MNIST (the embedded default) likewise; built in memory from the
                        installed data, nothing to download or prepare
@@ -113,10 +114,8 @@ def _pix2pix_folder(data_dir: Optional[str] = None, channels: int = 0,
     def decode(path, label):
         image = tf.io.decode_image(tf.io.read_file(path), channels=channels,
                                    expand_animations=False)
-        if direction == "BtoA":
-            left, right = tf.split(image, 2, axis=1)
-            image = tf.concat([right, left], axis=1)
-        return tf.ensure_shape(image, [None, None, channels]), label
+        image = tf.ensure_shape(image, [None, None, channels])
+        return datasets.swap_halves(image) if direction == "BtoA" else image, label
 
     def records(split: str) -> tf.data.Dataset:
         files = files_of(split)
@@ -134,10 +133,6 @@ def _pix2pix_folder(data_dir: Optional[str] = None, channels: int = 0,
 def get_source(name: str, **options) -> datasets.Source:
     if name == "pix2pix_folder":
         return _pix2pix_folder(**options)
-    direction = options.pop("direction", "AtoB")
-    if direction != "AtoB":
-        raise ConfigError(f"dataset.direction={direction!r} applies to pix2pix_folder; "
-                          f"{name} is built input first")
     return _edges(name[:-len("_edges")], **options)
 
 

@@ -49,14 +49,14 @@ def load_source(config: data_config.DatasetConfig, check: bool = True) -> datase
 
     With check=False only the spec is needed (dry runs): absent data is not an error.
     """
-    if config.direction != "AtoB" and config.name != "pix2pix_folder":
+    directed = config.name in ("pix2pix_folder", "records")  # pairs as their files hold them
+    if config.direction != "AtoB" and not directed:
         raise ConfigError(f"dataset.direction={config.direction!r} applies to pix2pix_folder "
-                          f"only, not to {config.name}")
+                          f"and paired records only, not to {config.name}")
     source = datasets.get_source(config.name, data_dir=config.data_dir,
                                  download=config.download, skip_corrupt=config.skip_corrupt,
                                  channels=config.channels, scan_images=config.scan_images,
-                                 **({"direction": config.direction}
-                                    if config.name == "pix2pix_folder" else {}))
+                                 **({"direction": config.direction} if directed else {}))
     if config.channels and config.name not in data_config.CHANNEL_CHOICE and \
             config.channels != source.channels:
         raise ConfigError(f"dataset.channels={config.channels}: {config.name} has "

@@ -58,6 +58,9 @@ class Options:
     split: str = "train"  # TFDS sources
     tfds_data_dir: Optional[str] = None
     workers: int = 0  # 0: one per core
+    # A pix2pix folder (data/paired.py): <source>/<split>/<input|target image>; each half
+    # is fitted on its own.
+    paired: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +97,9 @@ def _check_options(options: Options) -> None:
         raise ConfigError("--resolution and --images_per_shard must be positive")
     if options.channels not in (0, 1, 3):
         raise ConfigError(f"--channels={options.channels} must be 1, 3 or 0 (detect)")
+    if options.paired and (options.group_by_class or options.source.startswith("tfds:")):
+        raise ConfigError("--paired reads a pix2pix folder (<split>/<pair image>): not a "
+                          "TFDS source, and its pairs have no classes to group by")
 
 
 def _shard_file(split: str, index: int, total: int) -> str:
@@ -127,6 +133,13 @@ def plan(options: Options) -> Plan:
         raise ConfigError(f"--source={src!r} holds no images in class sub-folders (expected "
                           f"<class>/<image file>; {listing.skipped_line() or 'it is empty'})")
     items = [(prefix + f, label) for f, label in zip(listing.files, listing.labels)]
+    if options.paired:  # the split's folder plays a class folder's part in the listing
+        if options.split not in listing.classes:
+            raise ConfigError(f"--split={options.split!r}: --source={src!r} has no "
+                              f"{options.split}/ folder (it has {listing.classes})")
+        split_label = listing.classes.index(options.split)
+        items = [(member, 0) for member, label in items if label == split_label]
+        listing = dataclasses.replace(listing, classes=["pairs"])
     order = np.random.default_rng(0).permutation(len(items))  # shards mix the classes
     items = [items[i] for i in order]
     channels = options.channels
@@ -191,14 +204,18 @@ def _write_shard(task: ShardTask) -> dict:
     temporary = final + ".tmp"
     counts: Dict[int, int] = {}
     corrupt: List[str] = []
+    fit = prepare_images.fit_pair if options.paired else prepare_images.fit
     with tf.io.TFRecordWriter(temporary) as writer:
         for name, label, image in prepare_images.read_images(
                 plan_.kind, plan_.root, task.items, options.split, options.tfds_data_dir):
+            if not isinstance(image, Exception):
+                try:
+                    fitted = fit(image, options.resolution, options.policy, plan_.channels)
+                except prepare_images.NotAPair as e:
+                    image = e  # skipped and listed, as a corrupt file is
             if isinstance(image, Exception):
                 corrupt.append(f"{name}: {type(image).__name__}: {image}".splitlines()[0])
             else:
-                fitted = prepare_images.fit(image, options.resolution, options.policy,
-                                            plan_.channels)
                 encoded = prepare_images.encode(fitted, options.encoding)
                 writer.write(records.example_bytes(encoded, label))
                 counts[label] = counts.get(label, 0) + 1
@@ -350,8 +367,9 @@ def _manifest(options: Options, plan_: Plan, results: List[dict]) -> records.Man
         shards=[records.Shard(r["file"], r["count"], r["sha256"], r["bytes"], r["label"])
                 for r in results if r["count"]],
         resolution=options.resolution, policy=options.policy, channels=plan_.channels,
-        encoding=options.encoding, split=options.split if plan_.kind == "tfds" else "train",
+        encoding=options.encoding,
+        split=options.split if plan_.kind == "tfds" or options.paired else "train",
         source=options.source if plan_.kind == "tfds" else os.path.abspath(options.source),
         grouped_by_class=options.group_by_class,
         corrupt=[c for r in results for c in r["corrupt"]], skipped=plan_.skipped,
-        plan=plan_.digest)
+        plan=plan_.digest, paired=options.paired)

@@ -79,6 +79,26 @@ def fit(image, resolution: int, policy: str, channels: int):
     return canvas
 
 
+class NotAPair(ValueError):
+    """An image of odd width where a pair was expected."""
+
+
+def fit_pair(image, resolution: int, policy: str, channels: int):
+    """An input|target pair side by side (data/paired.py) -> each half fitted alone, side by
+    side again: `resolution` x 2 `resolution`. NotAPair when the width is odd."""
+    from PIL import Image  # pylint: disable=import-outside-toplevel
+    w, h = image.size
+    if w % 2:
+        raise NotAPair(f"{w} x {h}: a pair is its input and target side by side, of even "
+                       f"width")
+    halves = [fit(image.crop((left, 0, left + w // 2, h)), resolution, policy, channels)
+              for left in (0, w // 2)]
+    pair = Image.new(halves[0].mode, (2 * resolution, resolution))
+    for i, half in enumerate(halves):
+        pair.paste(half, (i * resolution, 0))
+    return pair
+
+
 def encode(image, encoding: str) -> bytes:
     out = io.BytesIO()
     if encoding == "png":

@@ -86,6 +86,7 @@ class Manifest:
     corrupt: List[str] = dataclasses.field(default_factory=list)
     skipped: Dict[str, int] = dataclasses.field(default_factory=dict)
     plan: str = ""  # names the preparation (bin/prepare_dataset.py reruns compare it)
+    paired: bool = False  # input|target pairs, resolution x 2 resolution (data/paired.py)
     format: str = FORMAT
 
     @property

@@ -13,6 +13,7 @@ from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import paired
 from paragan_tf.data import pipeline
+from paragan_tf.data import prepare
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment
 
@@ -102,10 +103,41 @@ def test_the_pipeline_fits_each_half_and_flips_both_alike(tmp_path):
 
 
 def test_direction_elsewhere_and_biggan_on_pairs_are_refused_by_name(tiny_gin):
-    with pytest.raises(ConfigError, match="direction='BtoA' applies to pix2pix_folder"):
+    with pytest.raises(ConfigError, match="direction='BtoA' applies to pix2pix_folder and"):
         pipeline.load_source(data_config.DatasetConfig(name="mnist5k", direction="BtoA"))
     with pytest.raises(ConfigError, match="direction='CtoD' must be one of"):
         data_config.DatasetConfig(name="pix2pix_folder", direction="CtoD")
     tiny_gin("dataset.name = 'mnist5k_edges'")
     with pytest.raises(ConfigError, match="mnist5k_edges.*pairs.*pix2pix"):
         experiment.build(check_data=False)
+
+
+def test_prepared_pairs_fit_each_half_and_read_back_as_pairs(tmp_path):
+    """bin/prepare_dataset.py --paired: each half fitted alone, stored side by side; the
+    records source reads pairs (swapped with BtoA); an odd-width file is listed, not lost."""
+    written = _write_pairs(str(tmp_path / "src"), "val", 3, side=8, channels=1)
+    _write_pairs(str(tmp_path / "src"), "train", 1, side=8, channels=1)
+    tf.io.write_file(str(tmp_path / "src" / "val" / "odd.png"),
+                     tf.io.encode_png(np.zeros((8, 17, 1), np.uint8)))
+    manifest = prepare.prepare(prepare.Options(
+        str(tmp_path / "src"), str(tmp_path / "out"), 16, policy="resize", split="val",
+        workers=1, paired=True), log=lambda _: None)
+    assert manifest.paired and manifest.num_examples == 3 and manifest.split == "val"
+    assert len(manifest.corrupt) == 1 and "odd.png: NotAPair: 17 x 8" in manifest.corrupt[0]
+    for direction in ("AtoB", "BtoA"):
+        source = datasets.get_source("records", data_dir=str(tmp_path / "out"),
+                                     direction=direction)
+        assert source.paired
+        read = [image for image, _ in source.make("val").as_numpy_iterator()]
+        assert all(image.shape == (16, 32, 1) for image in read)
+        # Each stored half is the written half, stretched alone: its mean survives.
+        halves = sorted((float(r[:, :16].mean()), float(r[:, 16:].mean())) for r in read)
+        means = sorted((float(w[:, :8].mean()), float(w[:, 8:].mean())) for w in written)
+        if direction == "BtoA":
+            means = sorted((b, a) for a, b in means)
+        np.testing.assert_allclose(halves, means, atol=2.0)
+    # The same folder prepared as images (its split folders taken for classes).
+    prepare.prepare(prepare.Options(str(tmp_path / "src"), str(tmp_path / "flat"), 8,
+                                    workers=1), log=lambda _: None)
+    with pytest.raises(ConfigError, match="holds images, not pairs"):
+        datasets.get_source("records", data_dir=str(tmp_path / "flat"), direction="BtoA")
