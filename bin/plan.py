@@ -15,7 +15,7 @@ placement each target needs and why: data parallelism, Adam's moments sharded ov
 replicas, G and D split over two devices per replica, or the split with 2 or 4 pipeline
 stages per network (memory per device, extra bytes moved per step).
 
-Devices: v100, a100, h100, tpu_v3 (a core), tpu_v4 (a chip), this_cpu (this
+Devices: v100, a100, h100, h200, tpu_v3 (a core), tpu_v4 (a chip), this_cpu (this
 machine, count 1), or one given with --custom_device (peak TFLOP/s float32 and
 bfloat16, GiB, devices per host, all-reduce GB/s inside and across hosts).
 

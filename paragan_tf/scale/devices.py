@@ -16,6 +16,8 @@ chip, whose two cores act as one device):
   input_per_host    images/s one host's CPUs decode, crop and batch (named assumption,
                     see INPUT_PER_HOST)
   family            efficiencies are calibrated per family (EFFICIENCY)
+  memory_gbps       datasheet memory bandwidth per device, GB/s (0 = not given): the
+                    roofline's bound on the bytes a step moves (scale/roofline.py)
 
 The measured and fitted numbers below (the input rate per core, the gpu and tpu
 efficiencies) come from scale/calibration.py, which records each one's machine or
@@ -85,6 +87,7 @@ class Device:
     per_input_host: int
     input_per_host: float
     source: str
+    memory_gbps: float = 0.0
 
     def peak_tflops(self, precision: str) -> float:
         return {"fp32": self.peak_fp32_tflops, "bf16": self.peak_bf16_tflops,
@@ -98,21 +101,30 @@ class Device:
 CATALOGUE: Dict[str, Device] = {d.name: d for d in (
     Device("v100", "gpu", 15.7, 0.0, 125.0, 32.0, 8, 150.0, 50.0 / 8, 8, INPUT_PER_HOST,
            "NVIDIA V100 SXM2 datasheet: 15.7 TFLOPS fp32, 125 fp16 tensor, 32 GB HBM2, "
-           "NVLink 2.0 300 GB/s (150 per direction); DGX-1: 4 x 100 Gb/s InfiniBand EDR"),
+           "NVLink 2.0 300 GB/s (150 per direction); DGX-1: 4 x 100 Gb/s InfiniBand EDR; "
+           "900 GB/s HBM2", memory_gbps=900.0),
     Device("a100", "gpu", 19.5, 312.0, 312.0, 80.0, 8, 300.0, 25.0, 8, INPUT_PER_HOST,
            "NVIDIA A100 SXM4 80GB datasheet: 19.5 TFLOPS fp32, 312 bf16/fp16 dense, "
-           "NVLink 3 600 GB/s (300 per direction); DGX A100: 8 x 200 Gb/s HDR"),
+           "NVLink 3 600 GB/s (300 per direction); DGX A100: 8 x 200 Gb/s HDR; 2,039 GB/s "
+           "HBM2e", memory_gbps=2039.0),
     Device("h100", "gpu", 67.0, 989.0, 989.0, 80.0, 8, 450.0, 50.0, 8, INPUT_PER_HOST,
            "NVIDIA H100 SXM5 datasheet: 67 TFLOPS fp32, 989 bf16/fp16 dense, 80 GB HBM3, "
-           "NVLink 4 900 GB/s (450 per direction); DGX H100: 8 x 400 Gb/s NDR"),
+           "NVLink 4 900 GB/s (450 per direction); DGX H100: 8 x 400 Gb/s NDR; HBM3 at "
+           "3.35 TB/s",
+           memory_gbps=3350.0),
+    Device("h200", "gpu", 67.0, 989.0, 989.0, 141.0, 8, 450.0, 50.0, 8, INPUT_PER_HOST,
+           "NVIDIA H200 SXM datasheet: the H100's compute (67 TFLOPS fp32, 989 bf16/fp16 "
+           "dense), 141 GB HBM3e at 4.8 TB/s, NVLink 4 900 GB/s; 8 x 400 Gb/s per host",
+           memory_gbps=4800.0),
     # fp32 matrix work on a TPU runs on the MXU in bfloat16 passes by default: the same peak.
     Device("tpu_v3", "tpu", 61.5, 61.5, 0.0, 16.0, 2048, 166.0, 166.0, 8, INPUT_PER_HOST,
            "Cloud TPU v3 docs: 123 TFLOPS bf16 and 32 GiB HBM per chip of 2 cores; pod of "
            "1,024 chips, 340 TB/s all-reduce bandwidth (166 GB/s per core); a host "
-           "feeds 8 cores"),
+           "feeds 8 cores; 900 GB/s HBM per chip", memory_gbps=450.0),
     Device("tpu_v4", "tpu", 275.0, 275.0, 0.0, 32.0, 4096, 268.0, 268.0, 4, INPUT_PER_HOST,
            "Cloud TPU v4 docs: 275 TFLOPS bf16, 32 GiB HBM per chip; pod of 4,096 chips, "
-           "1.1 PB/s all-reduce bandwidth (268 GB/s per chip); one host feeds 4 chips"),
+           "1.1 PB/s all-reduce bandwidth (268 GB/s per chip); one host feeds 4 chips; "
+           "1,200 GB/s HBM", memory_gbps=1200.0),
 )}
 
 # Fraction of the datasheet peak a BigGAN step reaches, per (family, precision): one fitted
@@ -254,7 +266,7 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
             name=name, family="gpu", peak_fp32_tflops=0.0, peak_bf16_tflops=0.0,
             peak_fp16_tflops=0.0, memory_gib=0.0, per_host=1, intra_gbps=0.0,
             inter_gbps=0.0, per_input_host=8, input_per_host=INPUT_PER_HOST,
-            source="given in gin")
+            source="given in gin", memory_gbps=0.0)
         unknown = set(fields) - set(base)
         if unknown:
             raise ConfigError(f"catalogue.extra[{name!r}]: unknown fields {sorted(unknown)}; "

@@ -16,11 +16,11 @@ not the weights. The plan counts, per replica:
   the insides of the block being recomputed. The network's gradients are
   outputs, alive to the end; with accumulation their running sum is added.
 
-Tensors grow linearly with the per-replica batch: the graph is traced at a
-batch of PROBE_BATCH examples, tensors whose leading axis is that batch (or the
-real+fake concatenation, twice it) are per-example, the rest fixed, so the
-peak at any batch is the maximum over the replay of fixed + per-example x
-batch. The largest batch that fits a memory budget follows. What the replay
+Tensors grow linearly with the per-replica batch: the updates are traced
+(scale/traced.py) at a batch of PROBE_BATCH examples, tensors whose leading axis
+is that batch (or the real+fake concatenation, twice it) are per-example, the rest
+fixed, so the peak at any batch is the maximum over the replay of fixed +
+per-example x batch. The largest batch that fits a memory budget follows. What the replay
 does not see (the runtime's scratch buffers and reordered copies, an executor
 running independent ops at once) is the measured RUNTIME_FACTOR (scale/calibration.py:
 its machine, date and command); benchmarks/memory.py measures the real peak beside this
@@ -38,8 +38,9 @@ import tensorflow as tf
 
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.scale import calibration
+from paragan_tf.scale import traced
 
-PROBE_BATCH = 7  # odd and prime: no kernel, channel or class axis is mistaken for it
+PROBE_BATCH = traced.PROBE_BATCH
 GIB = 1024 ** 3
 # The runtime holds more than the replayed live bytes (oneDNN's reordered copies of conv
 # inputs and weights, the next update's ops started while the last one finishes): a
@@ -47,9 +48,7 @@ GIB = 1024 ** 3
 # (`bin/bench.py --suite=memory` re-measures it); GPUs and TPUs have other runtimes, so
 # treat it as a CPU figure.
 RUNTIME_FACTOR = calibration.RUNTIME_FACTOR
-# Device labels of G's and D's ops in the traced updates (model_parallel.placement='split'
-# puts them on two devices; a plan only reads the labels, nothing is placed).
-SIDE_DEVICES = {"G": "/device:CPU:0", "D": "/device:CPU:1"}
+SIDE_DEVICES = traced.SIDE_DEVICES  # the device labels of G's and D's ops
 # Ops whose output is their first input's buffer (no allocation).
 _ALIASES = {"Identity", "IdentityN", "StopGradient", "Reshape", "ExpandDims", "Squeeze",
             "Snapshot", "EnsureShape"}
@@ -127,71 +126,25 @@ def _replay(graph: tf.Graph, outputs: Sequence[tf.Tensor], batch_sizes,
     return Activations(fixed, per_example)
 
 
-def _measure(fn, specs) -> Dict[Optional[str], Activations]:
-    """{None: the whole replay, side: the replay of that side's device} of `fn`'s graph."""
-    # No autograph: the models have no tensor-dependent Python control flow, and
-    # converting them triples the tracing time.
-    concrete = tf.function(fn, autograph=False).get_concrete_function(*specs)
-    graph, sizes = concrete.graph, {PROBE_BATCH, 2 * PROBE_BATCH}
-    return {side: _replay(graph, graph.outputs, sizes, device)
+def _measure(graph: tf.Graph) -> Dict[Optional[str], Activations]:
+    """{None: the whole replay, side: the replay of that side's device} of a traced update."""
+    return {side: _replay(graph, graph.outputs, traced.BATCH_AXES, device)
             for side, device in [(None, None)] + list(SIDE_DEVICES.items())}
 
 
 def update_activations(generator, discriminator,
                        recompute: bool = False) -> Dict[str, Activations]:
-    """Live bytes of D's update (D on real + fake) and G's (G then D) over their replay.
-
-    Traces each update's loss and gradients as train/step.py computes them, with the
-    models' blocks rematerialised or not, G's ops on one device and D's on another (as
-    model_parallel.placement='split' places them; the names only label the graph).
-    """
+    """Live bytes of D's update (D on real + fake) and G's (G then D) over their replay
+    (scale/traced.py traces them, with the models' blocks rematerialised or not)."""
     return _update_activations(generator, discriminator, recompute)[None]
 
 
 def _update_activations(generator, discriminator, recompute: bool
                         ) -> Dict[Optional[str], Dict[str, Activations]]:
-    b = PROBE_BATCH
-    size, channels = generator.resolution, generator.out_conv.filters
-    z_spec = tf.TensorSpec([b, generator.dim_z], tf.float32)
-    label_spec = tf.TensorSpec([b], tf.int32)
-    image_spec = tf.TensorSpec([b, size, size, channels], tf.float32)
-
-    def d_update(z, labels, images):
-        with tf.device(SIDE_DEVICES["G"]):
-            fakes = generator((z, labels), training=True)
-        with tf.device(SIDE_DEVICES["D"]):
-            fakes = tf.stop_gradient(fakes)
-            with tf.GradientTape() as tape:
-                logits = discriminator((tf.concat([tf.cast(fakes, images.dtype), images], 0),
-                                        tf.concat([labels, labels], 0)), training=True)
-                loss = tf.reduce_mean(tf.nn.relu(1.0 - logits))
-            return loss, tape.gradient(loss, discriminator.trainable_variables)
-
-    def g_update(z, labels):
-        with tf.device(SIDE_DEVICES["G"]), tf.GradientTape() as g_tape:
-            fakes = generator((z, labels), training=True)
-        with tf.device(SIDE_DEVICES["D"]):
-            with tf.GradientTape(watch_accessed_variables=False) as d_tape:
-                d_tape.watch(fakes)
-                loss = -tf.reduce_mean(discriminator((fakes, labels), training=True))
-            fake_grads = d_tape.gradient(loss, fakes)
-        with tf.device(SIDE_DEVICES["G"]):
-            return loss, g_tape.gradient(fakes, generator.trainable_variables,
-                                         output_gradients=fake_grads)
-
-    saved = generator.recompute, discriminator.recompute
-    # Traced unstaged: pipeline stages would place blocks on devices other than the two
-    # sides' labels. A stage's plan is its blocks' share of its side's (Plan.share).
-    placed = generator.block_devices, discriminator.block_devices
-    generator.recompute = discriminator.recompute = recompute
-    generator.block_devices = discriminator.block_devices = ()
-    try:
-        d = _measure(d_update, (z_spec, label_spec, image_spec))
-        g = _measure(g_update, (z_spec, label_spec))
-    finally:
-        generator.recompute, discriminator.recompute = saved
-        generator.block_devices, discriminator.block_devices = placed
-    return {side: {"d_update": d[side], "g_update": g[side]} for side in d}
+    replays = {name: _measure(graph) for name, graph in
+               traced.update_graphs(generator, discriminator, recompute).items()}
+    return {side: {name: replay[side] for name, replay in replays.items()}
+            for side in [None] + list(SIDE_DEVICES)}
 
 
 def activation_bytes(generator, discriminator, batch: int) -> dict:
