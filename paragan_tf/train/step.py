@@ -23,9 +23,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import mode as mode_lib
-from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import d_terms as d_terms_lib
-from paragan_tf.objective import losses as losses_lib
+from paragan_tf.objective import objectives
 from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.objective import regularizers
 from paragan_tf.train import nan_guard
@@ -77,7 +76,8 @@ def for_experiment(exp, d_steps: Optional[int] = None) -> "GANStep":
     run, such as LeCam and the simultaneous update, by name)."""
     cfg = exp.settings.train
     return GANStep(
-        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer, exp.loss_fn,
+        exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer,
+        objectives.ClassConditional(exp.loss_fn, exp.augment),
         StepConfig(cfg.batch_size, cfg.d_steps if d_steps is None else d_steps,
                    cfg.accumulation, cfg.clip_norm, cfg.ortho_reg, cfg.simultaneous,
                    exp.augment, exp.settings.penalties),
@@ -94,7 +94,7 @@ class GANStep:
     """
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model,
-                 g_optimizer, d_optimizer, loss_fn: losses_lib.LossFn, config: StepConfig,
+                 g_optimizer, d_optimizer, objective, config: StepConfig,
                  lecam_state: Optional[tf.Variable] = None,
                  mode: mode_lib.Mode = mode_lib.Mode()):
         self.mode = mode
@@ -103,7 +103,10 @@ class GANStep:
         # Each network's loss scaling (float16), decided by its optimizer once, here.
         self.g_precision = precision_lib.Precision(g_optimizer)
         self.d_precision = precision_lib.Precision(d_optimizer)
-        self.loss_fn, self.config = loss_fn, config
+        # objective: an objective of objective/objectives.py, or BigGAN's loss pair.
+        if not hasattr(objective, "judge"):
+            objective = objectives.ClassConditional(objective, config.augment)
+        self.objective, self.config = objective, config
         # D's penalties and the state that follows its outputs (LeCam's averages, ADA's p).
         self.d_terms = d_terms_lib.DTerms(
             discriminator, config.penalties, self.d_precision, d_optimizer,
@@ -117,59 +120,41 @@ class GANStep:
     def noise_batches_per_step(self) -> int:
         return (self.config.d_steps + 1) * self.config.accumulation
 
-    def _augmented(self, images: tf.Tensor, z: tf.Tensor, salt: int) -> tf.Tensor:
-        if self.config.augment is None:
-            return images
-        return self.config.augment(images, augment_lib.seed_from(z, salt))
-
     def _d_micro(self, real: Batch, noise: Batch, fakes=None):
-        images, labels = real
-        z, fake_labels = noise
         if fakes is None:  # else made earlier by some G (the sample buffer)
             with self.mode.on_g():
-                fakes = self.generator((z, fake_labels), training=True)
+                fakes = self.objective.generate(self.generator, real, noise)
         with self.mode.on_d():
             fakes = tf.stop_gradient(fakes)
-            # One D call on real+fake: one SN power iteration per update, one big batch.
-            inputs = self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0), z, 1)
-            both_labels = tf.concat([fake_labels, labels], 0)
             with tf.GradientTape() as tape:
-                logits = self.discriminator((inputs, both_labels), training=True)
-                fake_logits, real_logits = tf.split(logits, 2)
-                d_loss, _ = self.loss_fn(real_logits, fake_logits, fake_logits)
-                if self.d_terms.any:
-                    d_loss += self.d_terms.terms(inputs, both_labels, real_logits, fake_logits, z)
+                real_logits, fake_logits, seen = self.objective.judge(
+                    self.discriminator, fakes, real, noise)
+                d_loss = self.objective.d_loss(real_logits, fake_logits)
+                if self.d_terms.any:  # D's penalties read what it saw (BigGAN's objective)
+                    d_loss += self.d_terms.terms(*seen, real_logits, fake_logits, noise[0])
                 loss = average_over_global_batch(d_loss, self.config.global_batch_size)
                 loss /= self.config.accumulation
                 scaled = self.d_precision.scale(loss)
             grads = self.d_precision.unscale(
                 tape.gradient(scaled, self.discriminator.trainable_variables))
-        return loss, grads, real_logits, fake_logits
+        return (loss, grads, self.objective.per_example(real_logits),
+                self.objective.per_example(fake_logits))
 
     def _g_micro(self, noise: Batch, real: Optional[Batch] = None):
-        """real: a real batch for losses that pair G's images with real ones (relativistic).
+        """real: the real batch for objectives that read it in G's update (pix2pix's
+        inputs and targets, a relativistic loss's partners).
 
         Differentiated in two parts (see the module doc): D's tape gives the loss's
         gradient with respect to G's images, G's tape takes it from there.
         """
-        z, fake_labels = noise
         with self.mode.on_g(), tf.GradientTape() as g_tape:
-            fakes = self.generator((z, fake_labels), training=True)
+            fakes = self.objective.generate(self.generator, real, noise)
         with self.mode.on_d():
             with tf.GradientTape(watch_accessed_variables=False) as d_tape:
                 d_tape.watch(fakes)
-                if getattr(self.loss_fn, "pairs_real", False):
-                    images, labels = real
-                    logits = self.discriminator(
-                        (self._augmented(tf.concat([tf.cast(fakes, images.dtype), images], 0),
-                                         z, 3),
-                         tf.concat([fake_labels, labels], 0)), training=True)
-                    logits, real_logits = tf.split(logits, 2)
-                else:
-                    logits = self.discriminator((self._augmented(fakes, z, 3), fake_labels),
-                                                training=True)
-                    real_logits = logits
-                _, g_loss = self.loss_fn(real_logits, logits, logits)
+                gen_logits, real_logits = self.objective.judge_fakes(
+                    self.discriminator, fakes, real, noise)
+                g_loss = self.objective.g_loss(gen_logits, real_logits, fakes, real)
                 loss = average_over_global_batch(g_loss, self.config.global_batch_size)
                 loss /= self.config.accumulation
                 scaled = self.g_precision.scale(loss)
@@ -290,9 +275,8 @@ class GANStep:
         guard = self._guard()  # one for the whole step: a skip skips the rest of it
         d_loss = d_norm = real_sum = fake_sum = 0.0
         g_noise = noise[cfg.d_steps * k:]
-        # A paired loss compares G's images with the last D update's real batches.
-        g_real = real[(cfg.d_steps - 1) * k:] if getattr(self.loss_fn, "pairs_real",
-                                                          False) else None
+        # An objective that reads real batches in G's update takes the last D update's.
+        g_real = real[(cfg.d_steps - 1) * k:] if self.objective.pairs_real else None
         g_grads = None
         for d in range(cfg.d_steps):
             loss, grads, r, f, signs = self.d_gradients(real[d * k:(d + 1) * k],
