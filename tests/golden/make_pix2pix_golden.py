@@ -32,6 +32,10 @@ Writes:
                      images loss/outputs, loss/targets [2, 4, 4, 3]: loss/d_<gan> and
                      loss/g_<gan> for gan vanilla (BCE on the sigmoid, D with use_sigmoid)
                      and lsgan (MSE on the logits)
+  step/...           one training iteration of the reference pix2pix model (see _one_step):
+                     step/before/<layer>/<variable> and step/after/... (moving statistics
+                     left out), step/pairs [4, 32, 32, 2] (input channel first), and its
+                     step/loss_d and step/loss_g
 """
 
 from __future__ import annotations
@@ -60,20 +64,25 @@ def _count(net) -> int:
 
 def _conv(weight) -> np.ndarray:
     """nn.Conv2d's [out, in, kh, kw] as our [kh, kw, in, out]."""
-    return weight.detach().numpy().transpose(2, 3, 1, 0)
+    return _array(weight).transpose(2, 3, 1, 0)
 
 
 def _up_conv(weight) -> np.ndarray:
     """nn.ConvTranspose2d's [in, out, kh, kw] as our [kh, kw, in, out]."""
-    return weight.detach().numpy().transpose(2, 3, 0, 1)
+    return _array(weight).transpose(2, 3, 0, 1)
+
+
+def _array(tensor) -> np.ndarray:
+    """A copy: .numpy() shares the buffer that a training step or a training-mode forward
+    pass (batch norm's moving statistics) updates in place."""
+    return tensor.detach().numpy().copy()
 
 
 def _norm(bn, name: str, out: dict) -> None:
-    # Copies: .numpy() shares the buffers a training-mode forward pass updates in place.
-    out[f"weights/{name}/gain"] = bn.weight.detach().numpy()
-    out[f"weights/{name}/bias"] = bn.bias.detach().numpy()
-    out[f"weights/{name}/moving_mean"] = bn.running_mean.numpy().copy()
-    out[f"weights/{name}/moving_variance"] = bn.running_var.numpy().copy()
+    out[f"weights/{name}/gain"] = _array(bn.weight)
+    out[f"weights/{name}/bias"] = _array(bn.bias)
+    out[f"weights/{name}/moving_mean"] = _array(bn.running_mean)
+    out[f"weights/{name}/moving_variance"] = _array(bn.running_var)
 
 
 def _unet_weights(networks, generator, out: dict) -> None:
@@ -87,7 +96,7 @@ def _unet_weights(networks, generator, out: dict) -> None:
             elif isinstance(layer, torch.nn.ConvTranspose2d):
                 out[f"weights/up{level}/kernel"] = _up_conv(layer.weight)
                 if layer.bias is not None:
-                    out[f"weights/up{level}/bias"] = layer.bias.detach().numpy()
+                    out[f"weights/up{level}/bias"] = _array(layer.bias)
                 seen_inner = True  # what follows is the way up
             elif isinstance(layer, torch.nn.Conv2d):
                 out[f"weights/down{level}/kernel"] = _conv(layer.weight)
@@ -102,9 +111,9 @@ def _d_weights(discriminator, out: dict) -> None:
     for n, conv in enumerate(convs[:-1]):
         out[f"weights/conv{n}/kernel"] = _conv(conv.weight)
         if conv.bias is not None:
-            out[f"weights/conv{n}/bias"] = conv.bias.detach().numpy()
+            out[f"weights/conv{n}/bias"] = _array(conv.bias)
     out["weights/out_conv/kernel"] = _conv(convs[-1].weight)
-    out["weights/out_conv/bias"] = convs[-1].bias.detach().numpy()
+    out["weights/out_conv/bias"] = _array(convs[-1].bias)
     for n, norm in enumerate(norms, start=1):
         _norm(norm, f"norm{n}", out)
 
@@ -142,6 +151,52 @@ def _losses(networks, rng: torch.Generator, out: dict) -> None:
                 "loss/l1": l1.item()})
 
 
+def _one_step(networks, rng: torch.Generator, out: dict) -> None:
+    """One pix2pix iteration as the reference's Pix2PixModel.optimize_parameters runs it
+    (models/pix2pix_model.py: forward, backward_D, D's step, backward_G, G's step), with the
+    vanilla GAN (D ends in a sigmoid, BCE) and plain SGD at 0.1, so the new weights show the
+    gradients: a 32 px U-Net (ngf 2, no dropout) and a 'basic' D (ndf 2) on 1-channel pairs."""
+    batch = networks.get_norm_layer("batch")
+    generator = networks.UnetGenerator(1, 1, 5, 2, batch, use_dropout=False)
+    discriminator = networks.NLayerDiscriminator(2, 2, 3, batch, use_sigmoid=True)
+    _randomise(generator, rng)
+    _randomise(discriminator, rng)
+    before = {}
+    _unet_weights(networks, generator, before)
+    _d_weights(discriminator, before)
+    real_a = torch.rand((4, 1, 32, 32), generator=rng) * 2 - 1
+    real_b = torch.rand((4, 1, 32, 32), generator=rng) * 2 - 1
+    criterion, l1 = networks.GANLoss(use_lsgan=False), torch.nn.L1Loss()
+    optimizer_g = torch.optim.SGD(generator.parameters(), lr=0.1)
+    optimizer_d = torch.optim.SGD(discriminator.parameters(), lr=0.1)
+    fake_b = generator(real_a)
+    optimizer_d.zero_grad()
+    pred_fake = discriminator(torch.cat((real_a, fake_b), 1).detach())
+    pred_real = discriminator(torch.cat((real_a, real_b), 1))
+    loss_d = (criterion(pred_fake, False) + criterion(pred_real, True)) * 0.5
+    loss_d.backward()
+    optimizer_d.step()
+    for p in discriminator.parameters():
+        p.requires_grad = False
+    optimizer_g.zero_grad()
+    loss_g = (criterion(discriminator(torch.cat((real_a, fake_b), 1)), True)
+              + l1(fake_b, real_b) * 100.0)
+    loss_g.backward()
+    optimizer_g.step()
+    after = {}
+    _unet_weights(networks, generator, after)
+    _d_weights(discriminator, after)
+    nhwc = lambda t: t.numpy().transpose(0, 2, 3, 1)  # noqa: E731
+    for key, value in before.items():
+        if not key.endswith(("moving_mean", "moving_variance")):
+            out["step/before/" + key[len("weights/"):]] = value
+            out["step/after/" + key[len("weights/"):]] = after[key]
+    out.update({"step/pairs": np.concatenate([nhwc(real_a), nhwc(real_b)], -1),
+                "step/fakes": nhwc(fake_b.detach()),
+                "step/d_fake": nhwc(pred_fake.detach()), "step/d_real": nhwc(pred_real.detach()),
+                "step/loss_d": loss_d.item(), "step/loss_g": loss_g.item()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference_dir", required=True,
@@ -173,6 +228,7 @@ def main() -> None:
         g_train = generator(x)
         d_train = discriminator(torch.cat([x, g_train], 1))
     _losses(networks, rng, out)
+    _one_step(networks, rng, out)
     nhwc = lambda t: t.numpy().transpose(0, 2, 3, 1)  # noqa: E731
     out.update(x=nhwc(x), g_train=nhwc(g_train), g_eval=nhwc(g_eval),
                d_train=nhwc(d_train), d_eval=nhwc(d_eval))
