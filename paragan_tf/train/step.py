@@ -8,6 +8,8 @@ all-reduced, applied only while the step is healthy) and followed by the state t
 D's outputs; then G's gradients, checked and applied; the EMA follows in the trainer's
 bookkeeping. Each network's precision (paragan_tf/precision.py) scales its loss and
 unscales its gradients; the parallel mode (distribute/mode.py) gives the device scopes.
+What depends on the GAN family (what G and D take and return, the losses) is the
+objective's (objective/objectives.py: BigGAN's class-conditional one, pix2pix's).
 
 With a split placement (distribute/model_parallel.py) G's ops run on G's device and D's on
 D's, and G's update is differentiated in two parts: D's tape to the images on D's
@@ -85,8 +87,10 @@ def for_experiment(exp, d_steps: Optional[int] = None) -> "GANStep":
 
 
 class GANStep:
-    """Holds the networks, optimizers and loss, and computes one replica's step.
+    """Holds the networks, optimizers and objective, and computes one replica's step.
 
+    objective: an objective of objective/objectives.py, or BigGAN's loss pair
+      (objective/losses.py), which is taken as the class-conditional objective.
     lecam_state: float32 [2], the moving averages of D's mean real and fake logits
     (LeCam); required when penalties.lecam_weight > 0, updated after each D update.
     mode: the parallel mode (distribute/mode.py): the devices of G's and D's ops in this
@@ -103,8 +107,7 @@ class GANStep:
         # Each network's loss scaling (float16), decided by its optimizer once, here.
         self.g_precision = precision_lib.Precision(g_optimizer)
         self.d_precision = precision_lib.Precision(d_optimizer)
-        # objective: an objective of objective/objectives.py, or BigGAN's loss pair.
-        if not hasattr(objective, "judge"):
+        if not hasattr(objective, "judge"):  # a loss pair
             objective = objectives.ClassConditional(objective, config.augment)
         self.objective, self.config = objective, config
         # D's penalties and the state that follows its outputs (LeCam's averages, ADA's p).
