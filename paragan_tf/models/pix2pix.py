@@ -15,6 +15,9 @@ LeakyReLU 0.2 down, ReLU up, tanh out. Weights start as the reference's: normal 
 std 0.02, biases 0; batch-norm gains start at 1 (the reference draws them from N(1, 0.02)).
 tests/models/test_pix2pix.py checks the parameter counts and the outputs against the
 reference's (tests/golden/make_pix2pix_golden.py).
+
+The train step trains them through pix2pix's objective (objective/objectives.py);
+bin/train.py does not build them from a gin file yet, so they are not in gin.
 """
 
 from __future__ import annotations

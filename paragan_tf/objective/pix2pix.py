@@ -14,7 +14,7 @@ the logits (the paper's; the reference's BCE of D's sigmoid), 'lsgan' the square
 of the logits from 1 (real) or 0 (fake). The paper's l1_weight is 100.
 tests/objective/test_pix2pix.py holds these against the reference's own losses.
 
-Not yet taken by the train step (train/step.py speaks BigGAN's objective).
+The step takes these through objective/objectives.py's ImageToImage.
 """
 
 from __future__ import annotations

@@ -202,8 +202,8 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     source = pipeline.load_source(data, check=check_data)
     if source.paired:
         raise ConfigError(f"dataset.name={data.name!r} holds input/target pairs for "
-                          f"image-to-image translation (pix2pix), which the train step does "
-                          f"not train yet; BigGAN trains on labelled images")
+                          f"image-to-image translation (pix2pix), which bin/train.py does "
+                          f"not build yet; BigGAN trains on labelled images")
     if source.prepared is not None:  # read as the shards it was prepared in
         shards = len(source.prepared.manifest.shards)
         if input_config.num_shards not in (shards, tuning.InputConfig.num_shards):
