@@ -34,6 +34,9 @@ Augment = Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]]
 class ClassConditional:
     """BigGAN's objective (see the module doc); `augment` as train/step.py's StepConfig."""
 
+    # D's penalties (objective/d_terms.py) and augmentation apply to its D's inputs.
+    takes_penalties = takes_augmentation = True
+
     def __init__(self, loss_fn: losses_lib.LossFn, augment: Augment = None):
         self.loss_fn, self.augment = loss_fn, augment
         # A loss that pairs G's images with real ones (relativistic) reads the real batch
@@ -93,6 +96,7 @@ class ImageToImage:
     by `l1_weight`."""
 
     pairs_real = True  # G's update translates the real batch's inputs
+    takes_penalties = takes_augmentation = False  # not yet: the pair would need both
 
     def __init__(self, gan: str = "vanilla", l1_weight: float = 100.0):
         self.gan, self.l1_weight = gan, l1_weight

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import mode as mode_lib
+from paragan_tf.errors import ConfigError
 from paragan_tf.objective import d_terms as d_terms_lib
 from paragan_tf.objective import objectives
 from paragan_tf.objective import penalties as penalties_lib
@@ -109,6 +110,12 @@ class GANStep:
         self.d_precision = precision_lib.Precision(d_optimizer)
         if not hasattr(objective, "judge"):  # a loss pair
             objective = objectives.ClassConditional(objective, config.augment)
+        if config.penalties.any and not objective.takes_penalties:
+            raise ConfigError(f"penalties.* apply to BigGAN's objective, not to "
+                              f"{type(objective).__name__}'s")
+        if config.augment is not None and not objective.takes_augmentation:
+            raise ConfigError(f"augment.* applies to BigGAN's objective, not to "
+                              f"{type(objective).__name__}'s")
         self.objective, self.config = objective, config
         # D's penalties and the state that follows its outputs (LeCam's averages, ADA's p).
         self.d_terms = d_terms_lib.DTerms(

@@ -108,3 +108,16 @@ def test_two_replicas_match_one_device_with_synchronised_batch_norm(golden, sync
         assert max(offs.values()) < 1e-3, offs
     else:  # measured 7.7e-3 for G
         assert max(offs.values()) > 1e-3, offs
+
+
+def test_what_pix2pixs_objective_does_not_take_is_refused_by_name():
+    from paragan_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
+    from paragan_tf.objective import penalties  # pylint: disable=import-outside-toplevel
+    g, d = _networks()
+    args = (g, d, keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1),
+            objectives.ImageToImage())
+    with pytest.raises(ConfigError, match="penalties.* apply to BigGAN's objective"):
+        step_lib.GANStep(*args, step_lib.StepConfig(4, penalties=penalties.Penalties(
+            r1_gamma=1.0)))
+    with pytest.raises(ConfigError, match="augment.* applies to BigGAN's objective"):
+        step_lib.GANStep(*args, step_lib.StepConfig(4, augment=lambda x, seed: x))
