@@ -37,27 +37,41 @@ def _busy(seconds: float, core: int) -> subprocess.Popen:
                             preexec_fn=lambda: os.sched_setaffinity(0, {core}))
 
 
+def _throttled_run(hook) -> tuple:
+    """(the share of the time the second of two busy processes was stopped, its loop turns
+    over the first's) with `hook` (the launcher's hook: a list of tasks) applied to it."""
+    # Two busy processes side by side for 3 s (15 periods), each on a core of its own
+    # where there are two (as the benchmark pins its workers), the second given to the hook.
+    cores = sorted(os.sched_getaffinity(0))
+    fast, slow = _busy(3.0, cores[0]), _busy(3.0, cores[-1])
+    hook([types.SimpleNamespace(name="worker:1", process=slow)])
+    paused = _paused_share(slow, 2.5)
+    turns = [int(p.communicate(timeout=30)[0]) for p in (fast, slow)]
+    print(f"paused {paused:.3f}, turns {turns}: ratio {turns[1] / turns[0]:.3f}")
+    return paused, turns[1] / turns[0]
+
+
+def _throttle_works(paused: float, ratio: float, fraction: float) -> bool:
+    # Stopped `fraction` of the time (sampled from here: the check that holds under any
+    # load), and turning at about the rest of the other's rate: 0.53-0.55 of it with the
+    # machine otherwise idle; 0.30-0.65 beside a busy cluster or a sampler 5x as frequent,
+    # which shares the cores (a process woken from a pause is scheduled ahead of the ones
+    # sharing its core) (2026-11-29).
+    return paused == pytest.approx(fraction, abs=0.1) and 0.2 <= ratio <= 0.75
+
+
 def test_a_throttled_worker_runs_at_the_asked_fraction_of_an_unthrottled_one():
     from benchmarks import straggler
     fraction = straggler.slow_fraction("slow50")
-    # Two busy processes side by side for 3 s (15 periods), each on a core of its own
-    # where there are two (as the benchmark pins its workers), the second throttled through
-    # the launcher hook the benchmark hands over. It is stopped `fraction` of the time
-    # (sampled from here: the check that holds under any load), and it turns at about the
-    # rest of the other's rate: 0.53-0.55 of it with the machine otherwise idle; 0.30-0.65
-    # beside a busy cluster or a sampler 5x as frequent, which shares the cores (a process
-    # woken from a pause is scheduled ahead of the ones sharing its core) (2026-11-29).
-    # A no-op throttle: paused 0, ratio ~1.
-    cores = sorted(os.sched_getaffinity(0))
-    fast, slow = _busy(3.0, cores[0]), _busy(3.0, cores[-1])
-    straggler.throttle("worker:1", fraction)([types.SimpleNamespace(name="worker:1",
-                                                                    process=slow)])
-    paused = _paused_share(slow, 2.5)
-    turns = [int(p.communicate(timeout=30)[0]) for p in (fast, slow)]
-    ratio = turns[1] / turns[0]
-    print(f"paused {paused:.3f}, turns {turns}: ratio {ratio:.3f} at slow_fraction {fraction}")
-    assert paused == pytest.approx(fraction, abs=0.1)
-    assert 0.2 <= ratio <= 0.75, turns
+    assert _throttle_works(*_throttled_run(straggler.throttle("worker:1", fraction)),
+                           fraction)
+
+
+def test_a_throttle_that_does_nothing_fails_that_check():
+    """The negative control: a hook that leaves the process alone (paused 0, ratio ~1)."""
+    from benchmarks import straggler
+    fraction = straggler.slow_fraction("slow50")
+    assert not _throttle_works(*_throttled_run(lambda tasks: None), fraction)
 
 
 def test_a_throttle_refuses_a_fraction_it_cannot_run_at():
