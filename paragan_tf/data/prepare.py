@@ -1,7 +1,9 @@
 """The dataset tool's engine (bin/prepare_dataset.py): images -> TFRecord shards + manifest.
 
 Sources: an image folder (`<root>/<class>/<image>`, the rules of
-data/image_files.py), a zip of one, or a prepared TFDS dataset (`tfds:NAME`).
+data/image_files.py), a zip of one, or a prepared TFDS dataset (`tfds:NAME`); with
+`paired`, a pix2pix folder's split (`<root>/<split>/<image>`, each image an input and its
+target side by side: each half is fitted on its own, data/paired.py).
 Every image (data/prepare_images.py) is decoded with Pillow (any format it
 reads, EXIF orientation applied, transparency composited on black), brought to
 a square of the chosen resolution by the policy (`center_crop`: the centred
@@ -55,7 +57,7 @@ class Options:
     images_per_shard: int = 1000
     encoding: str = "png"
     channels: int = 0  # 0: 1 if the images are greyscale, else 3
-    split: str = "train"  # TFDS sources
+    split: str = "train"  # TFDS sources and paired folders
     tfds_data_dir: Optional[str] = None
     workers: int = 0  # 0: one per core
     # A pix2pix folder (data/paired.py): <source>/<split>/<input|target image>; each half
