@@ -4,8 +4,6 @@ evaluation mode (tests/golden/make_pix2pix_golden.py made both with the referenc
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,21 +12,7 @@ import tf_keras as keras
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import biggan
 from paragan_tf.models import pix2pix
-
-GOLDEN = os.path.join(os.path.dirname(__file__), os.pardir, "golden", "pix2pix_golden.npz")
-
-
-@pytest.fixture(scope="module")
-def golden():
-    with np.load(GOLDEN) as data:
-        return dict(data)
-
-
-@pytest.fixture(autouse=True)
-def _float32(policy):
-    """The comparisons are float32's: an earlier test in this process may have left a mixed
-    policy (a bfloat16 one moves the outputs by up to 0.006)."""
-    policy("float32")
+from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (fixtures)
 
 
 @pytest.mark.parametrize("resolution", [256, 128, 64])

@@ -3,22 +3,13 @@ losses (tests/golden/make_pix2pix_golden.py: its GANLoss and L1Loss, lambda_L1 =
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.objective import pix2pix
-
-GOLDEN = os.path.join(os.path.dirname(__file__), os.pardir, "golden", "pix2pix_golden.npz")
-
-
-@pytest.fixture(scope="module")
-def golden():
-    with np.load(GOLDEN) as data:
-        return dict(data)
+from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (fixtures)
 
 
 @pytest.mark.parametrize("gan", pix2pix.GANS)

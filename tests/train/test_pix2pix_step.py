@@ -4,8 +4,6 @@ two replicas equal one device."""
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -14,21 +12,7 @@ import tf_keras as keras
 from paragan_tf.models import pix2pix
 from paragan_tf.objective import objectives
 from paragan_tf.train import step as step_lib
-
-GOLDEN = os.path.join(os.path.dirname(__file__), os.pardir, "golden", "pix2pix_golden.npz")
-
-
-@pytest.fixture(scope="module")
-def golden():
-    with np.load(GOLDEN) as data:
-        return dict(data)
-
-
-@pytest.fixture(autouse=True)
-def _float32(policy):
-    """The comparisons are float32's: an earlier test in this process may have left a mixed
-    policy (a bfloat16 one moved the step's loss by 1.3e-4)."""
-    policy("float32")
+from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (fixtures)
 
 
 def _networks():
