@@ -50,8 +50,7 @@ GIB = 1024 ** 3
 RUNTIME_FACTOR = calibration.RUNTIME_FACTOR
 SIDE_DEVICES = traced.SIDE_DEVICES  # the device labels of G's and D's ops
 # Ops whose output is their first input's buffer (no allocation).
-_ALIASES = {"Identity", "IdentityN", "StopGradient", "Reshape", "ExpandDims", "Squeeze",
-            "Snapshot", "EnsureShape"}
+_ALIASES = traced.ALIASES
 # Ops whose outputs are not activations: variable storage (counted as parameters).
 _NO_BUFFER = {"ReadVariableOp", "VarHandleOp", "Const", "NoOp", "AssignVariableOp",
               "AssignAddVariableOp", "AssignSubVariableOp"}

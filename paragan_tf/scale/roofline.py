@@ -27,9 +27,8 @@ import tensorflow as tf
 from paragan_tf.scale import traced
 
 # Ops whose outputs are views or storage, not traffic (as scale/memory.py counts buffers).
-_NO_TRAFFIC = {"Identity", "IdentityN", "StopGradient", "Reshape", "ExpandDims", "Squeeze",
-               "Snapshot", "EnsureShape", "ReadVariableOp", "VarHandleOp", "Const", "NoOp",
-               "Placeholder"}
+_NO_TRAFFIC = traced.ALIASES | {"ReadVariableOp", "VarHandleOp", "Const", "NoOp",
+                                "Placeholder"}
 
 
 def _is_per_example(tensor: tf.Tensor) -> bool:

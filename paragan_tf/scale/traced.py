@@ -17,6 +17,9 @@ import tensorflow as tf
 
 PROBE_BATCH = 7  # odd and prime: no kernel, channel or class axis is mistaken for it
 BATCH_AXES = {PROBE_BATCH, 2 * PROBE_BATCH}
+# Ops whose output is their first input's buffer (a view: no allocation, no traffic).
+ALIASES = {"Identity", "IdentityN", "StopGradient", "Reshape", "ExpandDims", "Squeeze",
+           "Snapshot", "EnsureShape"}
 # Device labels of G's and D's ops in the traced updates.
 SIDE_DEVICES = {"G": "/device:CPU:0", "D": "/device:CPU:1"}
 
