@@ -227,6 +227,15 @@ class Generator(_Staged, keras.Model):
         # On the last stage, backward too: at full resolution it is the largest tensor.
         return _run_block(head, (h,), None, False, self._device(-1), self.built)
 
+    @property
+    def out_channels(self) -> int:
+        return self.out_conv.filters
+
+    def call_inputs(self, batch: int):
+        """What a call takes for `batch` samples: (z, labels)."""
+        return (tf.TensorSpec([batch, self.dim_z], tf.float32),
+                tf.TensorSpec([batch], tf.int32))
+
     def call(self, inputs, training=False):
         with staging.on_device(self._device(0)):  # the stem, on the first stage
             return self._call(inputs, training)
@@ -290,6 +299,12 @@ class Discriminator(_Staged, keras.Model):
                                      numerics=numerics)
         self.embed = layers.SNEmbedding(num_classes, in_channels, name="embed",
                                         compute_dtype="float32", numerics=numerics)
+
+    @staticmethod
+    def call_inputs(batch: int, size: int, channels: int):
+        """What a call takes for `batch` images: (images, labels)."""
+        return (tf.TensorSpec([batch, size, size, channels], tf.float32),
+                tf.TensorSpec([batch], tf.int32))
 
     def call(self, inputs, training=False):
         images, labels = inputs

@@ -16,18 +16,21 @@ std 0.02, biases 0; batch-norm gains start at 1 (the reference draws them from N
 tests/models/test_pix2pix.py checks the parameter counts and the outputs against the
 reference's (tests/golden/make_pix2pix_golden.py).
 
-The train step trains them through pix2pix's objective (objective/objectives.py);
-bin/train.py does not build them from a gin file yet, so they are not in gin.
+Both are gin-configurable (`Pix2PixGenerator.ch`, `PatchDiscriminator.num_layers`, ...);
+a run builds them when its data are pairs (train/families.py), and the train step trains
+them through pix2pix's objective (objective/objectives.py).
 """
 
 from __future__ import annotations
 
 import math
 
+import gin
 import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.layout.rules import round_up
 from paragan_tf.models import layers
 
 # Stride 1 with one pixel of zeros on each side: the PatchGAN's last two convolutions.
@@ -94,6 +97,12 @@ def _batch_norm(name: str, sync_bn: bool, momentum: float,
                                        numerics=numerics, name=name)
 
 
+# What the run decides, not the gin file: the data's side and channels, the layout's width
+# multiple, the network's name (G or its EMA copy).
+_RUN_DECIDES = ["resolution", "in_channels", "out_channels", "channel_multiple", "name"]
+
+
+@gin.configurable(denylist=_RUN_DECIDES)
 class Pix2PixGenerator(keras.Model):
     """U-Net: input images -> output images in [-1, 1], NHWC, the side halved down to 1 x 1
     and doubled back, each decoder level fed the encoder's activations of its side.
@@ -108,14 +117,17 @@ class Pix2PixGenerator(keras.Model):
       spectral_norm: spectrally normalise every convolution (not in the paper).
       sync_bn, bn_momentum, init, bn_epsilon: as BigGAN's (models/biggan.py); the
         reference's are no sync, momentum 0.9 (its 0.1), 'N02', 1e-5.
+      channel_multiple: every width rounded up to a multiple of this (the layout's).
     """
 
     state_copies = 4  # with its EMA copy, as BigGAN's generator
+    dim_z = 0  # it takes no noise vector: dropout is pix2pix's noise
 
     def __init__(self, resolution: int = 256, in_channels: int = 3, out_channels: int = 3,
                  ch: int = 64, dropout: float = 0.5, spectral_norm: bool = False,
                  sync_bn: bool = False, bn_momentum: float = 0.9, init: str = "N02",
-                 bn_epsilon: float = 1e-5, name: str = "generator"):
+                 bn_epsilon: float = 1e-5, channel_multiple: int = 1,
+                 name: str = "generator"):
         super().__init__(name=name)
         depth = round(math.log2(resolution)) if resolution > 0 else 0
         if resolution < 32 or 2 ** depth != resolution:
@@ -126,7 +138,9 @@ class Pix2PixGenerator(keras.Model):
         numerics = _numerics(init, bn_epsilon)
         conv = dict(numerics=numerics, spectral_norm=spectral_norm)
         self.resolution, self.in_channels, self.out_channels = resolution, in_channels, out_channels
-        widths = [min(ch * 2 ** i, 8 * ch) for i in range(depth)]  # level i's inner width
+        # Level i's inner width.
+        widths = [round_up(min(ch * 2 ** i, 8 * ch), channel_multiple)
+                  for i in range(depth)]
         self.down = [Conv4x4(w, use_bias=False, name=f"down{i}", **conv)
                      for i, w in enumerate(widths)]
         # Neither the outermost level (the image itself) nor the innermost (1 x 1) is normed.
@@ -138,6 +152,11 @@ class Pix2PixGenerator(keras.Model):
                         if i else None for i in range(depth)]
         self.dropout = [keras.layers.Dropout(dropout, name=f"dropout{i}")
                         if dropout and 4 <= i < depth - 1 else None for i in range(depth)]
+
+    def call_inputs(self, batch: int) -> tf.TensorSpec:
+        """What a call takes for `batch` examples: their inputs."""
+        side = self.resolution
+        return tf.TensorSpec([batch, side, side, self.in_channels], tf.float32)
 
     def call(self, images, training=False):
         skips, h = [], images
@@ -157,6 +176,7 @@ class Pix2PixGenerator(keras.Model):
             h = tf.concat([tf.cast(skips[i], h.dtype), h], -1)
 
 
+@gin.configurable(denylist=["channel_multiple", "name"])
 class PatchDiscriminator(keras.Model):
     """PatchGAN: (images, their inputs) -> float32 logits [b, side, side, 1], one per
     70 x 70 patch with 3 layers (side = resolution / 8 - 2).
@@ -164,23 +184,32 @@ class PatchDiscriminator(keras.Model):
     Args:
       num_layers: stride-2 convolutions (the reference's n_layers; 3 is 'basic').
       ch: the first layer's width (ndf); each next one doubles it, up to 8 ch.
-      spectral_norm, sync_bn, bn_momentum, init, bn_epsilon: as Pix2PixGenerator's.
+      spectral_norm, sync_bn, bn_momentum, init, bn_epsilon, channel_multiple: as
+        Pix2PixGenerator's.
     """
 
     def __init__(self, num_layers: int = 3, ch: int = 64, spectral_norm: bool = False,
                  sync_bn: bool = False, bn_momentum: float = 0.9, init: str = "N02",
-                 bn_epsilon: float = 1e-5, name: str = "discriminator"):
+                 bn_epsilon: float = 1e-5, channel_multiple: int = 1,
+                 name: str = "discriminator"):
         super().__init__(name=name)
         if num_layers < 1:
             raise ConfigError(f"PatchDiscriminator.num_layers={num_layers}: at least 1")
         numerics = _numerics(init, bn_epsilon)
         conv = dict(numerics=numerics, spectral_norm=spectral_norm)
-        widths = [ch * min(2 ** n, 8) for n in range(num_layers + 1)]
+        widths = [round_up(ch * min(2 ** n, 8), channel_multiple)
+                  for n in range(num_layers + 1)]
         self.convs = [Conv4x4(w, strides=2 if n < num_layers else 1, use_bias=n == 0,
                               name=f"conv{n}", **conv) for n, w in enumerate(widths)]
         self.norms = [_batch_norm(f"norm{n}", sync_bn, bn_momentum, numerics) if n else None
                       for n in range(num_layers + 1)]
         self.out_conv = Conv4x4(1, strides=1, compute_dtype="float32", name="out_conv", **conv)
+
+    @staticmethod
+    def call_inputs(batch: int, size: int, channels: int):
+        """What a call takes for `batch` examples: (images, their inputs)."""
+        spec = tf.TensorSpec([batch, size, size, channels], tf.float32)
+        return (spec, spec)
 
     def call(self, inputs, training=False):
         images, condition = inputs

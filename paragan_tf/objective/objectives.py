@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from typing import Callable, Optional, Tuple
 
+import gin
 import tensorflow as tf
 
 from paragan_tf.data import paired
+from paragan_tf.errors import ConfigError
 from paragan_tf.objective import augment as augment_lib
 from paragan_tf.objective import losses as losses_lib
 from paragan_tf.objective import pix2pix
@@ -91,14 +93,18 @@ class ClassConditional:
         return logits
 
 
+@gin.configurable("pix2pix_loss")
 class ImageToImage:
-    """pix2pix's objective (see the module doc): `gan` 'vanilla' or 'lsgan', L1 weighted
-    by `l1_weight`."""
+    """pix2pix's objective (see the module doc): `gan` 'vanilla' (the paper's) or 'lsgan',
+    L1 weighted by `l1_weight` (the paper's 100); `pix2pix_loss.*` in gin."""
 
     pairs_real = True  # G's update translates the real batch's inputs
     takes_penalties = takes_augmentation = False  # not yet: the pair would need both
 
     def __init__(self, gan: str = "vanilla", l1_weight: float = 100.0):
+        if gan not in pix2pix.GANS or l1_weight < 0:
+            raise ConfigError(f"pix2pix_loss.gan={gan!r} must be one of {pix2pix.GANS} and "
+                              f"pix2pix_loss.l1_weight={l1_weight} >= 0")
         self.gan, self.l1_weight = gan, l1_weight
 
     def generate(self, generator, real: Batch, noise: Optional[Batch]) -> tf.Tensor:

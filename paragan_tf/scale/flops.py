@@ -6,8 +6,11 @@ weight+input backward is 2x its forward), except where the step computes
 less: D's backward inside the G update needs input gradients only (1x). Per
 update with k micro-batches of B examples per replica:
 
-  D update  k * (G_fwd(B) + 3 * D_fwd(2B))       (fakes and reals in one D call)
+  D update  k * (G_fwd(B) + 3 * D_fwd(2B))       (fakes and reals: one D call, BigGAN's;
+                                                 pix2pix's two on B each cost the same)
   G update  k * (3 * G_fwd(B) + 2 * D_fwd(B))
+
+Each network says what a call of it takes (`call_inputs`), so both families count alike.
 
 and a train step is `d_steps` D updates and one G update. The step benchmark
 (bin/bench.py --suite=step) divides this by the measured step time; the scale
@@ -66,15 +69,13 @@ class Forward:
 
 def forward(generator, discriminator, batch: int) -> Forward:
     """Forward FLOPs of the built models at `batch` examples per replica."""
-    size, channels = generator.resolution, generator.out_conv.filters
-    labels = tf.TensorSpec([batch], tf.int32)
-    g, g_conv = _profile(lambda z, y: generator((z, y), training=True),
-                         tf.TensorSpec([batch, generator.dim_z]), labels)
-    d, _ = _profile(lambda x, y: discriminator((x, y), training=True),
-                    tf.TensorSpec([batch, size, size, channels]), labels)
-    d_both, d_conv = _profile(lambda x, y: discriminator((x, y), training=True),
-                              tf.TensorSpec([2 * batch, size, size, channels]),
-                              tf.TensorSpec([2 * batch], tf.int32))
+    size, channels = generator.resolution, generator.out_channels
+    g, g_conv = _profile(lambda x: generator(x, training=True), generator.call_inputs(batch))
+
+    def d_at(n):
+        return _profile(lambda x: discriminator(x, training=True),
+                        discriminator.call_inputs(n, size, channels))
+    (d, _), (d_both, d_conv) = d_at(batch), d_at(2 * batch)
     return Forward(batch, g, d, d_both, max(g_conv, d_conv, key=_conv_size))
 
 
