@@ -40,8 +40,10 @@ import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from absl import logging
+import gin
 import tensorflow as tf
 
+from paragan_tf.data import pipeline
 from paragan_tf.layout import rules as layout_lib
 from paragan_tf.layout.choice import Choice
 from paragan_tf.layout import cache as layout_cache
@@ -49,6 +51,7 @@ from paragan_tf.layout import env as layout_env
 from paragan_tf.layout import candidates as layout_candidates
 from paragan_tf.layout import timing as layout_timing
 from paragan_tf.scale import devices as devices_lib
+from paragan_tf.train import families
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
 TUNE_ENV = layout_timing.TUNE_ENV
@@ -68,7 +71,18 @@ def step_shape(settings, precision: str) -> Dict[str, object]:
                 penalties=dict(r1=settings.penalties.r1_gamma > 0,
                                r2=settings.penalties.r2_gamma > 0,
                                every=settings.penalties.lazy_interval),
-                augment=bool(settings.augment.transforms or settings.augment.ada_target))
+                augment=bool(settings.augment.transforms or settings.augment.ada_target),
+                **_pix2pix(settings))
+
+
+def _pix2pix(settings) -> Dict[str, object]:
+    """A pix2pix step's family and networks' bindings (BigGAN's widths are above; its keys
+    stay as they were)."""
+    if not pipeline.load_source(settings.data, check=False).paired:
+        return {}
+    bound = {f"{name}.{k}": v for name in families.CONFIGURABLES["pix2pix"]
+             for k, v in gin.get_bindings(name).items()}
+    return dict(family="pix2pix", networks=dict(sorted(bound.items())))
 
 
 def pinned(pins: Dict[str, str], strategy) -> Dict[str, object]:

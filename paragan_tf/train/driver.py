@@ -23,8 +23,6 @@ import tensorflow as tf
 
 from paragan_tf.data import class_list
 from paragan_tf.errors import ParameterServerLost
-from paragan_tf.eval import evaluator as evaluator_lib
-from paragan_tf.generate import sampling
 from paragan_tf.scale import built
 from paragan_tf.train import async_trainer
 from paragan_tf.train import checkpoints
@@ -104,8 +102,8 @@ def assemble(exp: experiment_lib.Experiment, model_dir: str,
                      int(exp.step.numpy()), experiment_lib.weights_digest(exp))
     # Every worker evaluates and refreshes the grid's statistics (generation runs
     # collectives); the chief writes.
-    evaluator = (evaluator_lib.Evaluator(experiment_lib.eval_subject(exp), model_dir,
-                                         write=is_chief)
+    evaluator = (exp.family.evaluator(experiment_lib.eval_subject(exp), model_dir,
+                                      write=is_chief)
                  if exp.settings.eval.every_steps else None)
     return controller_lib.Controller(
         trainer, ckpt,
@@ -129,15 +127,11 @@ def _finish(exp: experiment_lib.Experiment, model_dir: str, result: Dict[str, fl
 def _actions(exp: experiment_lib.Experiment, model_dir: str, writer, stats: run_files.Stats,
              evaluator, is_chief: bool) -> List[controller_lib.Action]:
     """The sample grids (before the checkpoint) and evaluations (of a checkpoint)."""
-    cfg, data = exp.settings.train, exp.settings.data
+    cfg = exp.settings.train
 
     def samples(step: int) -> None:
         path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
-        # Batches no larger than training's: at 512-1024 px a batch of 64 needs many GiB.
-        sampling.write_grid(exp.generator_ema, exp.classes, path, writer, step,
-                            bn_batch_size=min(64, cfg.batch_size),
-                            per_class=10 if data.resolution <= 256 else 2, seed=cfg.seed,
-                            write=is_chief)
+        exp.family.grid(exp, path, writer, step, write=is_chief)
         if is_chief:
             logging.info("samples: %s", path)
 

@@ -3,8 +3,9 @@
 This module is the one place gin is read: `Settings.read()` makes every option
 object of a run (each a gin-configurable dataclass, checked as it is made),
 `build()` turns them into objects: the strategy, the data source, G, D, EMA G
-(whose constructors are configurable themselves), both optimizers and the step
-counter, all created inside `strategy.scope()`. An Experiment holds its settings
+(whose constructors are configurable themselves; which networks, the data decide:
+train/families.py), both optimizers and the step counter, all created inside
+`strategy.scope()`. An Experiment holds its settings
 once (`exp.settings`, with the input options as `build` resolved them); modules
 below train/ receive the plain objects they need, never an Experiment. The
 trainers, the sampler, the evaluator and the dry run all start here; `parse()`
@@ -51,6 +52,7 @@ from paragan_tf.train import checkpoints
 from paragan_tf.train import combinations
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import ema as ema_lib
+from paragan_tf.train import families
 from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import optimizers
 
@@ -153,9 +155,9 @@ class Experiment:
     settings: Settings
     source: datasets.Source
     strategy: tf.distribute.Strategy
-    generator: biggan.Generator
-    discriminator: biggan.Discriminator
-    generator_ema: biggan.Generator
+    generator: keras.Model  # biggan.Generator or pix2pix.Pix2PixGenerator (the family's)
+    discriminator: keras.Model
+    generator_ema: keras.Model
     g_optimizer: keras.optimizers.Optimizer
     d_optimizer: keras.optimizers.Optimizer
     step: tf.Variable
@@ -163,10 +165,12 @@ class Experiment:
     input_state: tf.Variable  # int64 [noise seed, real-image seed, its first step]
     ema: ema_lib.GeneratorEMA
     bookkeeping: bookkeeping_lib.StepBookkeeping  # what follows every step
-    loss_fn: losses.LossFn
+    loss_fn: Optional[losses.LossFn]  # BigGAN's loss pair (None for pix2pix)
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
     mode: mode_lib.Mode  # the parallel mode: G's and D's devices, how updates apply
+    family: object  # train/families.py's BigGAN or Pix2Pix
+    objective: object  # what the train step computes (objective/objectives.py)
     # What D's inputs go through: augment.DiffAugment, ada.AdaptiveAugment or None.
     augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
@@ -196,14 +200,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     """
     settings = settings or Settings.read()
     config, data, input_config = settings.train, settings.data, settings.inputs
-    if data.resolution not in biggan.G_ARCH:
-        raise ConfigError(f"dataset.resolution={data.resolution} has no BigGAN architecture; "
-                          f"choose one of {sorted(biggan.G_ARCH)}")
     source = pipeline.load_source(data, check=check_data)
-    if source.paired:
-        raise ConfigError(f"dataset.name={data.name!r} holds input/target pairs for "
-                          f"image-to-image translation (pix2pix), which bin/train.py does "
-                          f"not build yet; BigGAN trains on labelled images")
+    family = families.of(source.paired)
+    family.refuse(settings)
     if source.prepared is not None:  # read as the shards it was prepared in
         shards = len(source.prepared.manifest.shards)
         if input_config.num_shards not in (shards, tuning.InputConfig.num_shards):
@@ -213,7 +212,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         input_config = dataclasses.replace(input_config, prepared=True, num_shards=shards)
         settings = dataclasses.replace(settings, inputs=input_config)
     classes = class_groups.classes_for(source.num_classes)
-    loss_fn = losses.loss()
+    loss_fn = family.loss()
     augment_settings, penalties = settings.augment, settings.penalties
     if strategy is None:
         parallel_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
@@ -232,27 +231,9 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
-    shape = dict(resolution=data.resolution, num_classes=source.num_classes,
-                 channel_multiple=layout.channel_multiple,
-                 **({} if settings.model.init is None else dict(init=settings.model.init)))
     with strategy.scope():
-        with mode.variables_of("generator"):
-            generator = biggan.Generator(out_channels=source.channels,
-                                         recompute=config.recompute, **shape)
-        with mode.variables_of("generator_ema"):
-            generator_ema = biggan.Generator(out_channels=source.channels,
-                                             name="generator_ema", **shape)
-        with mode.variables_of("discriminator"):
-            discriminator = biggan.Discriminator(recompute=config.recompute, **shape)
-        mode.place_blocks(generator, discriminator, generator_ema,
-                          config.batch_size // strategy.num_replicas_in_sync)
-        # Keras makes a model's variables at its first call: each where the mode keeps it.
-        with mode.variables_of("generator"):
-            biggan.build_generator(generator)
-        with mode.variables_of("generator_ema"):
-            biggan.build_generator(generator_ema)
-        with mode.variables_of("discriminator"):
-            biggan.build_discriminator(discriminator, data.resolution, source.channels)
+        generator, generator_ema, discriminator = family.networks(
+            settings, source, layout, mode, strategy.num_replicas_in_sync)
         g_optimizer, d_optimizer = optimizers.make_optimizers(
             (settings.g_optimizer, settings.d_optimizer), config.batch_size * config.accumulation,
             mode=mode, precision=layout.precision)
@@ -286,6 +267,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                       d_optimizer=d_optimizer, step=step, health=health,
                       input_state=input_state, ema=ema, bookkeeping=bookkeeping,
                       loss_fn=loss_fn, classes=classes, layout=layout, mode=mode,
+                      family=family, objective=family.objective(loss_fn, augment),
                       augment=augment,
                       lecam_state=lecam_state, operative_config=gin.operative_config_str())
 
@@ -342,6 +324,7 @@ def summary(exp: Experiment) -> dict:
     return {
         "generator_params": biggan.count_trainable(exp.generator),
         "discriminator_params": biggan.count_trainable(exp.discriminator),
+        "family": exp.family.name,
         "strategy": type(exp.strategy).__name__,
         "num_replicas": exp.strategy.num_replicas_in_sync,
         "global_batch_size": exp.settings.train.batch_size,

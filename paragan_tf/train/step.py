@@ -80,7 +80,7 @@ def for_experiment(exp, d_steps: Optional[int] = None) -> "GANStep":
     cfg = exp.settings.train
     return GANStep(
         exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer,
-        objectives.ClassConditional(exp.loss_fn, exp.augment),
+        exp.objective,
         StepConfig(cfg.batch_size, cfg.d_steps if d_steps is None else d_steps,
                    cfg.accumulation, cfg.clip_norm, cfg.ortho_reg, cfg.simultaneous,
                    exp.augment, exp.settings.penalties),

@@ -99,13 +99,14 @@ def run_binary(script: str, *args: str, env=None) -> subprocess.CompletedProcess
 class Launch:
     """bin/launch_local.py in the background, its output in a file we can poll."""
 
-    def __init__(self, model_dir, *args):
+    def __init__(self, model_dir, *args, config=tuple(TINY)):
+        """`config`: the gin flags before `args` (default: gin/tiny.gin's)."""
         self.model_dir = str(model_dir)
         self.log_path = os.path.join(self.model_dir + ".log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
             [PYTHON, os.path.join(REPO, "bin", "launch_local.py"),
-             f"--model_dir={relative(self.model_dir)}", *TINY, *args],
+             f"--model_dir={relative(self.model_dir)}", *config, *args],
             cwd=REPO, stdout=self.log, stderr=subprocess.STDOUT)
 
     def output(self) -> str:
