@@ -13,6 +13,7 @@
     python bin/bench.py --suite=time_to_quality --output=runs/bench/time_to_quality.json
     python bin/bench.py --suite=layout --gin_file=gin/mnist_default.gin --output=runs/bench/layout.json
     python bin/bench.py --suite=model_parallel --output=runs/bench/model_parallel.json
+    python bin/bench.py --suite=pix2pix_study --output=runs/bench/pix2pix_study.json
 
 Suites (see benchmarks/, outside the package): step (seconds per training step per layout,
 FLOP rates, the machine's float32/bfloat16 peaks, MFU), input (stall fraction
@@ -41,7 +42,10 @@ training seconds to the first config's end-of-run quality; or --runs, folders
 trained elsewhere such as a sweep's, only scored), layout (every layout candidate of
 --gin_file's step, XLA x oneDNN x thread counts and float32 beside bfloat16, each in its
 own process, --rounds interleaved rounds; `auto`'s choice and the rule's against the
-fastest). Each but async_quality (runs x (--budget_minutes + ~1.5 minutes of
+fastest), pix2pix_study (pix2pix on Fashion-MNIST's edges: baseline, data parallel on 2
+processes, mixed precision, accumulation 4, clipping 2, sharded optimizer state, --epochs
+each: seconds per epoch, peak memory per process, final losses, validation L1). Each but
+async_quality (runs x (--budget_minutes + ~1.5 minutes of
 start-up and scoring)), small_data (4 x ~10 minutes) and
 time_to_quality (the configs' training plus ~1 minute of scoring each) runs with
 its defaults in a few minutes here. Progress goes to stderr, the JSON to stdout.
@@ -73,6 +77,7 @@ from benchmarks import layout as layout_bench
 from benchmarks import machine
 from benchmarks import memory as memory_bench
 from benchmarks import model_parallel as model_parallel_bench
+from benchmarks import pix2pix_study as pix2pix_study_bench
 from benchmarks import small_data as small_data_bench
 from benchmarks import step as step_bench
 from benchmarks import time_to_quality as time_to_quality_bench
@@ -87,7 +92,8 @@ SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.inpu
               eval=eval_features_bench.eval_features,
               time_to_quality=time_to_quality_bench.time_to_quality,
               layout=layout_bench.layout_suite,
-              model_parallel=model_parallel_bench.model_parallel)
+              model_parallel=model_parallel_bench.model_parallel,
+              pix2pix_study=pix2pix_study_bench.pix2pix_study)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("suite", None, sorted(SUITES), "Which benchmark to run.")
@@ -121,10 +127,11 @@ flags.DEFINE_float("fcd_target", None, "time_to_quality: FCD to reach (default: 
                    "config's last mark).")
 flags.DEFINE_float("accuracy_target", None, "time_to_quality: conditional accuracy to reach "
                    "(default: the first config's last mark).")
-flags.DEFINE_list("arms", [], "async_quality, small_data, model_parallel: arms (modes) to "
-                  f"run (default: {list(async_quality_bench.ARMS)} of "
+flags.DEFINE_list("arms", [], "async_quality, small_data, model_parallel, pix2pix_study: "
+                  f"arms (modes) to run (default: {list(async_quality_bench.ARMS)} of "
                   f"{list(async_quality_bench.MODES)}; all of {list(small_data_bench.ARMS)}; "
-                  f"all of {list(model_parallel_bench.MODES)}).")
+                  f"all of {list(model_parallel_bench.MODES)}; all of "
+                  f"{list(pix2pix_study_bench.ARMS)}).")
 flags.DEFINE_list("conditions", list(async_quality_bench.CONDITIONS_RUN),
                   "async_quality: straggler kinds "
                   f"(benchmarks/straggler.py), of {list(async_quality_bench.CONDITIONS)}.")
@@ -136,6 +143,7 @@ flags.DEFINE_integer("eval_samples", 0, "async_quality, small_data: generated im
                      "FCD (default: 2,000 and 10,000); eval: images per arm (10,000).")
 flags.DEFINE_integer("train_steps", 1600, "small_data: training steps of every arm.")
 flags.DEFINE_integer("per_class", 50, "small_data: training images of each class.")
+flags.DEFINE_integer("epochs", 2, "pix2pix_study: epochs of every arm.")
 flags.mark_flag_as_required("suite")
 
 
@@ -173,9 +181,12 @@ def main(argv):
             options["budget_minutes"] = FLAGS.budget_minutes
     if FLAGS.suite == "model_parallel" and FLAGS["steps"].present:
         options = dict(steps=FLAGS.steps)
-    if FLAGS.arms and FLAGS.suite not in ("async_quality", "small_data", "model_parallel"):
-        common.fail(f"--arms applies to the async_quality, small_data and model_parallel "
-                    f"suites, not to {FLAGS.suite}")
+    if FLAGS.suite == "pix2pix_study":
+        options = dict(epochs=FLAGS.epochs)
+    if FLAGS.arms and FLAGS.suite not in ("async_quality", "small_data", "model_parallel",
+                                          "pix2pix_study"):
+        common.fail(f"--arms applies to the async_quality, small_data, model_parallel and "
+                    f"pix2pix_study suites, not to {FLAGS.suite}")
     if FLAGS.eval_samples and FLAGS.suite not in ("async_quality", "small_data", "eval",
                                                   "time_to_quality"):
         common.fail(f"--eval_samples applies to the async_quality, small_data, eval and "
@@ -187,7 +198,7 @@ def main(argv):
            "fcd_target": ("time_to_quality",), "accuracy_target": ("time_to_quality",),
            "train_steps": ("small_data",), "per_class": ("small_data",),
            "rounds": ("layout",), "gin_file": ("step", "layout", "async_quality"),
-           "per_worker_batch": ("async_quality",)}
+           "per_worker_batch": ("async_quality",), "epochs": ("pix2pix_study",)}
     for name, suites in own.items():
         if FLAGS[name].present and FLAGS.suite not in suites:
             common.fail(f"--{name} applies to the {' and '.join(suites)} suite"

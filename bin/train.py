@@ -1,4 +1,5 @@
-"""Trains a BigGAN under the strategy the gin config selects.
+"""Trains a GAN (BigGAN on labelled images, pix2pix on pairs: train/families.py) under the
+strategy the gin config selects.
 
     python bin/train.py --model_dir=runs/x --gin_file=gin/mnist_default.gin \
         --gin_bindings=train.total_steps=1000
@@ -65,9 +66,12 @@ def _main() -> int:
     exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings, measured=measured)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
-        memory = built.memory_of(exp)
-        facts["memory"] = built.memory_plan(exp, FLAGS.memory_gib, memory)
-        facts["plan"] = built.plan_line(exp, memory)
+        if exp.family.plan_blocker:  # said in the facts, not a failed dry run
+            facts["memory"] = facts["plan"] = f"not planned: {exp.family.plan_blocker}"
+        else:
+            memory = built.memory_of(exp)
+            facts["memory"] = built.memory_plan(exp, FLAGS.memory_gib, memory)
+            facts["plan"] = built.plan_line(exp, memory)
         print(json.dumps(facts), flush=True)
         return 0
     try:
