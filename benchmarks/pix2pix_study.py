@@ -17,8 +17,10 @@ Per arm: seconds per epoch (from the run's first to its last progress record, st
 tracing left out, scaled to an epoch's steps), the peak resident memory of the largest
 training process (one replica each; sampled from /proc every 0.1 s), the bytes of the
 variables and optimizer state per device where the run records them (sharded state), the
-last progress record's losses, and the validation L1, PSNR and SSIM of eval/translation.py
-at the end beside the identity's L1 (input copied to output).
+last progress record's losses, and the validation L1, PSNR, SSIM and FID of
+eval/translation.py beside the identity's L1 (input copied to output), measured by
+bin/eval.py on the final checkpoint in a process of its own (so that the FID Inception's
+memory is not counted as training's).
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def arm(name: str, work_dir: str, epochs: int, progress: Callable[[str], None],
         f"dataset.split='train[:{epoch_pairs}]'", f"train.batch_size={batch}",
         f"train.total_steps={steps}", f"train.steps_per_loop={every}",
         f"train.log_every={every}", f"train.checkpoint_every={steps}",
-        "train.sample_every=0", f"eval.every_steps={steps}", f"eval.num_real={eval_pairs}"]
+        "train.sample_every=0", f"eval.num_real={eval_pairs}"]
     model_dir = os.path.join(work_dir, name)
     flags = [f"--gin_file={config}"] + [f"--gin_bindings={b}" for b in bindings]
     if name in ("data_parallel", "sharded_state"):
@@ -143,7 +145,10 @@ def arm(name: str, work_dir: str, epochs: int, progress: Callable[[str], None],
     peak = _run(command, model_dir + ".log")
     with open(os.path.join(model_dir, "train_result.json")) as f:
         result = json.load(f)
-    with open(os.path.join(model_dir, "metrics.json")) as f:
+    progress(f"{name}: evaluating the final checkpoint")
+    _run([sys.executable, os.path.join(_REPO, "bin", "eval.py"), f"--model_dir={model_dir}"],
+         model_dir + ".eval.log")
+    with open(os.path.join(model_dir, "eval", "metrics.json")) as f:
         evaluation = json.load(f)["evaluations"][-1]
     row = dict(bindings=ARMS[name], steps=steps, accumulation=accumulation,
                seconds_per_epoch=round(epoch_seconds(model_dir, steps_per_epoch), 2),
