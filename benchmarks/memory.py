@@ -33,6 +33,7 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
 
     from paragan_tf.distribute import mode as mode_lib  # pylint: disable=import-outside-toplevel
     from paragan_tf.objective import losses  # pylint: disable=import-outside-toplevel
+    from paragan_tf.objective import objectives  # pylint: disable=import-outside-toplevel
     from paragan_tf.scale import memory  # pylint: disable=import-outside-toplevel
     from paragan_tf.models import biggan  # pylint: disable=import-outside-toplevel
     from paragan_tf.train import step as step_lib  # pylint: disable=import-outside-toplevel
@@ -49,7 +50,8 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
     g_opt, d_opt = keras.optimizers.Adam(1e-4), keras.optimizers.Adam(1e-4)
     g_opt.build(g.trainable_variables)
     d_opt.build(d.trainable_variables)
-    plan = memory.plan(g, d, ema, g_opt, d_opt, side_of=mode_lib.Mode().side_of)
+    plan = memory.plan(g, d, ema, g_opt, d_opt, objectives.ClassConditional(losses.hinge),
+                       side_of=mode_lib.Mode().side_of)
     results = {}
     for batch in BATCHES:
         row = {}

@@ -101,7 +101,8 @@ def _main() -> int:
     exp, path = common.restore_run(model_dir, FLAGS.checkpoint)
     out_dir = (model_dir_lib.resolve(FLAGS.eval_dir) if FLAGS.eval_dir
                else os.path.join(model_dir, "eval"))
-    evaluator = evaluator_lib.Evaluator(experiment.eval_subject(exp), out_dir)
+    # BigGAN's distances to the data, or pix2pix's to its targets (train/families.py).
+    evaluator = exp.family.evaluator(experiment.eval_subject(exp), out_dir)
     writer = tf.summary.create_file_writer(out_dir)
     saver = checkpoints.Checkpointer(model_dir, max_to_keep=1000, **exp.trackables())
     done = {e["checkpoint"] for e in evaluator.history["evaluations"]}

@@ -66,12 +66,9 @@ def _main() -> int:
     exp = experiment.build(check_data=not FLAGS.dry_run, settings=settings, measured=measured)
     if FLAGS.dry_run:
         facts = experiment.summary(exp)
-        if exp.family.plan_blocker:  # said in the facts, not a failed dry run
-            facts["memory"] = facts["plan"] = f"not planned: {exp.family.plan_blocker}"
-        else:
-            memory = built.memory_of(exp)
-            facts["memory"] = built.memory_plan(exp, FLAGS.memory_gib, memory)
-            facts["plan"] = built.plan_line(exp, memory)
+        memory = built.memory_of(exp)
+        facts["memory"] = built.memory_plan(exp, FLAGS.memory_gib, memory)
+        facts["plan"] = built.plan_line(exp, memory)
         print(json.dumps(facts), flush=True)
         return 0
     try:

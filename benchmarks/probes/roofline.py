@@ -55,7 +55,7 @@ def main(argv=None) -> int:
                                                                        init="N02"))
     exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
                            check_data=False, settings=settings)
-    cost = roofline.step_cost(exp.generator, exp.discriminator)
+    cost = roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
     catalogue = devices.catalogue()
     rows = []
     for batch in args.batch:

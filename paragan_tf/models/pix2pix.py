@@ -97,13 +97,28 @@ def _batch_norm(name: str, sync_bn: bool, momentum: float,
                                        numerics=numerics, name=name)
 
 
+class _NoBlocks:
+    """What the plans (paragan_tf/scale/) read of a network's residual blocks, which
+    BigGAN's have (models/biggan.py): a U-Net and a PatchGAN have none to rematerialise
+    (train.recompute) or to place in pipeline stages, both refused for pix2pix."""
+
+    recompute = False
+    block_devices = ()
+    block_shapes = ()
+
+    @staticmethod
+    def block_costs(batch: int) -> list:
+        del batch
+        return []
+
+
 # What the run decides, not the gin file: the data's side and channels, the layout's width
 # multiple, the network's name (G or its EMA copy).
 _RUN_DECIDES = ["resolution", "in_channels", "out_channels", "channel_multiple", "name"]
 
 
 @gin.configurable(denylist=_RUN_DECIDES)
-class Pix2PixGenerator(keras.Model):
+class Pix2PixGenerator(_NoBlocks, keras.Model):
     """U-Net: input images -> output images in [-1, 1], NHWC, the side halved down to 1 x 1
     and doubled back, each decoder level fed the encoder's activations of its side.
 
@@ -177,7 +192,7 @@ class Pix2PixGenerator(keras.Model):
 
 
 @gin.configurable(denylist=["channel_multiple", "name"])
-class PatchDiscriminator(keras.Model):
+class PatchDiscriminator(_NoBlocks, keras.Model):
     """PatchGAN: (images, their inputs) -> float32 logits [b, side, side, 1], one per
     70 x 70 patch with 3 layers (side = resolution / 8 - 2).
 

@@ -50,6 +50,12 @@ class ClassConditional:
             return images
         return self.augment(images, augment_lib.seed_from(z, salt))
 
+    @staticmethod
+    def batch_specs(generator, batch: int, size: int, channels: int):
+        """(a real batch's spec, a noise batch's) of `batch` examples (traced plans)."""
+        return ((tf.TensorSpec([batch, size, size, channels], tf.float32),
+                 tf.TensorSpec([batch], tf.int32)), generator.call_inputs(batch))
+
     def generate(self, generator, real: Optional[Batch], noise: Batch) -> tf.Tensor:
         z, labels = noise
         return generator((z, labels), training=True)
@@ -106,6 +112,14 @@ class ImageToImage:
             raise ConfigError(f"pix2pix_loss.gan={gan!r} must be one of {pix2pix.GANS} and "
                               f"pix2pix_loss.l1_weight={l1_weight} >= 0")
         self.gan, self.l1_weight = gan, l1_weight
+
+    @staticmethod
+    def batch_specs(generator, batch: int, size: int, channels: int):
+        """(a real batch's spec: pairs, a noise batch's: unread) of `batch` examples."""
+        del generator
+        labels = tf.TensorSpec([batch], tf.int32)
+        return ((tf.TensorSpec([batch, size, size, 2 * channels], tf.float32), labels),
+                (tf.TensorSpec([batch, 0], tf.float32), labels))
 
     def generate(self, generator, real: Batch, noise: Optional[Batch]) -> tf.Tensor:
         del noise

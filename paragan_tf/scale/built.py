@@ -44,13 +44,10 @@ def bytes_by_device(exp: experiment_lib.Experiment) -> Dict[str, int]:
 
 
 def memory_of(exp: experiment_lib.Experiment) -> memory_lib.Plan:
-    """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing).
-    ConfigError for a family the plans do not know (train/families.py's plan_blocker)."""
-    if exp.family.plan_blocker:
-        raise ConfigError(f"no memory or scale plan for {exp.family.name}: "
-                          f"{exp.family.plan_blocker}")
+    """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
-                           exp.g_optimizer, exp.d_optimizer, side_of=exp.mode.side_of,
+                           exp.g_optimizer, exp.d_optimizer, exp.objective,
+                           side_of=exp.mode.side_of,
                            accumulation=exp.settings.train.accumulation)
 
 

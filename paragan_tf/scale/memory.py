@@ -131,24 +131,25 @@ def _measure(graph: tf.Graph) -> Dict[Optional[str], Activations]:
             for side, device in [(None, None)] + list(SIDE_DEVICES.items())}
 
 
-def update_activations(generator, discriminator,
+def update_activations(generator, discriminator, objective,
                        recompute: bool = False) -> Dict[str, Activations]:
     """Live bytes of D's update (D on real + fake) and G's (G then D) over their replay
-    (scale/traced.py traces them, with the models' blocks rematerialised or not)."""
-    return _update_activations(generator, discriminator, recompute)[None]
+    (scale/traced.py traces them through `objective`, with the models' blocks
+    rematerialised or not)."""
+    return _update_activations(generator, discriminator, objective, recompute)[None]
 
 
-def _update_activations(generator, discriminator, recompute: bool
+def _update_activations(generator, discriminator, objective, recompute: bool
                         ) -> Dict[Optional[str], Dict[str, Activations]]:
     replays = {name: _measure(graph) for name, graph in
-               traced.update_graphs(generator, discriminator, recompute).items()}
+               traced.update_graphs(generator, discriminator, objective, recompute).items()}
     return {side: {name: replay[side] for name, replay in replays.items()}
             for side in [None] + list(SIDE_DEVICES)}
 
 
-def activation_bytes(generator, discriminator, batch: int) -> dict:
+def activation_bytes(generator, discriminator, objective, batch: int) -> dict:
     """Peak live bytes of each update at `batch` examples per replica, and the larger."""
-    acts = update_activations(generator, discriminator, generator.recompute)
+    acts = update_activations(generator, discriminator, objective, generator.recompute)
     out = {name: a.at(batch) for name, a in acts.items()}
     out["total"] = max(out.values())
     return out
@@ -271,17 +272,18 @@ def fewest(examples: int, fits: Callable[[int, int, bool], bool]
     return None
 
 
-def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer,
+def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer, objective,
          side_of: Callable[[str], str], accumulation: int = 1) -> Plan:
-    """The memory plan of built models and optimizers (traces four updates; runs nothing).
+    """The memory plan of built models and optimizers, their updates computed as
+    `objective` computes them (traces four updates; runs nothing).
 
     Its `sides` are the plans of G's and D's devices when the two are split
     (model_parallel.placement='split'): each holds the variables the parallel mode's
     `side_of(owner)` gives it (distribute/mode.py; G's: G, EMA G and G's optimizer state)
     and its network's side of both updates.
     """
-    kept = _update_activations(generator, discriminator, False)
-    recomputed = _update_activations(generator, discriminator, True)
+    kept = _update_activations(generator, discriminator, objective, False)
+    recomputed = _update_activations(generator, discriminator, objective, True)
     g_grads = variable_bytes(generator.trainable_variables)
     d_grads = variable_bytes(discriminator.trainable_variables)
     # Per side: (parameter, optimizer, EMA) bytes.

@@ -140,7 +140,8 @@ class StepCost:
                    for name, times in self._weights(d_steps, accumulation).items())
 
 
-def step_cost(generator, discriminator, recompute: bool = False) -> StepCost:
-    """The roofline of the built models' train step (traces both updates; runs nothing)."""
-    return StepCost({name: update_cost(graph) for name, graph in
-                     traced.update_graphs(generator, discriminator, recompute).items()})
+def step_cost(generator, discriminator, objective, recompute: bool = False) -> StepCost:
+    """The roofline of the built models' train step as `objective` computes it (traces
+    both updates; runs nothing)."""
+    return StepCost({name: update_cost(graph) for name, graph in traced.update_graphs(
+        generator, discriminator, objective, recompute).items()})

@@ -1,6 +1,7 @@
 """The two updates of a train step as graphs, traced (nothing runs) as train/step.py
-computes them: D's (G makes the fakes; D on fakes and reals in one call; D's gradients)
-and G's (G, then D on its images; G's gradients through D's input gradient), G's ops
+computes them through the run's objective (objective/objectives.py: BigGAN's or
+pix2pix's): D's (G makes the fakes; D judges them beside the reals; D's gradients) and
+G's (G, then D on its images; G's gradients through D's input gradient), G's ops
 labelled with one device and D's with another (as model_parallel.placement='split' would
 place them; the labels only name the ops). The memory plan replays them (scale/memory.py);
 the roofline costs their ops (scale/roofline.py).
@@ -30,34 +31,33 @@ def _graph(fn, *specs) -> tf.Graph:
     return tf.function(fn, autograph=False).get_concrete_function(*specs).graph
 
 
-def update_graphs(generator, discriminator, recompute: bool = False) -> Dict[str, tf.Graph]:
-    """{'d_update': its graph, 'g_update': its graph}: each update's loss and gradients,
-    with the models' blocks rematerialised or not (the graphs' outputs are what the
-    update returns)."""
-    b = PROBE_BATCH
-    size, channels = generator.resolution, generator.out_conv.filters
-    z_spec = tf.TensorSpec([b, generator.dim_z], tf.float32)
-    label_spec = tf.TensorSpec([b], tf.int32)
-    image_spec = tf.TensorSpec([b, size, size, channels], tf.float32)
+def update_graphs(generator, discriminator, objective,
+                  recompute: bool = False) -> Dict[str, tf.Graph]:
+    """{'d_update': its graph, 'g_update': its graph}: each update's loss and gradients
+    as `objective` computes them, with the models' blocks rematerialised or not (the
+    graphs' outputs are what the update returns)."""
+    real_spec, noise_spec = objective.batch_specs(
+        generator, PROBE_BATCH, generator.resolution, generator.out_channels)
 
-    def d_update(z, labels, images):
+    def d_update(real, noise):
         with tf.device(SIDE_DEVICES["G"]):
-            fakes = generator((z, labels), training=True)
+            fakes = objective.generate(generator, real, noise)
         with tf.device(SIDE_DEVICES["D"]):
             fakes = tf.stop_gradient(fakes)
             with tf.GradientTape() as tape:
-                logits = discriminator((tf.concat([tf.cast(fakes, images.dtype), images], 0),
-                                        tf.concat([labels, labels], 0)), training=True)
-                loss = tf.reduce_mean(tf.nn.relu(1.0 - logits))
+                real_logits, fake_logits, _ = objective.judge(discriminator, fakes, real, noise)
+                loss = tf.reduce_mean(objective.d_loss(real_logits, fake_logits))
             return loss, tape.gradient(loss, discriminator.trainable_variables)
 
-    def g_update(z, labels):
+    def g_update(noise, real=None):
         with tf.device(SIDE_DEVICES["G"]), tf.GradientTape() as g_tape:
-            fakes = generator((z, labels), training=True)
+            fakes = objective.generate(generator, real, noise)
         with tf.device(SIDE_DEVICES["D"]):
             with tf.GradientTape(watch_accessed_variables=False) as d_tape:
                 d_tape.watch(fakes)
-                loss = -tf.reduce_mean(discriminator((fakes, labels), training=True))
+                gen_logits, real_logits = objective.judge_fakes(discriminator, fakes, real,
+                                                                noise)
+                loss = tf.reduce_mean(objective.g_loss(gen_logits, real_logits, fakes, real))
             fake_grads = d_tape.gradient(loss, fakes)
         with tf.device(SIDE_DEVICES["G"]):
             return loss, g_tape.gradient(fakes, generator.trainable_variables,
@@ -70,8 +70,9 @@ def update_graphs(generator, discriminator, recompute: bool = False) -> Dict[str
     generator.recompute = discriminator.recompute = recompute
     generator.block_devices = discriminator.block_devices = ()
     try:
-        return {"d_update": _graph(d_update, z_spec, label_spec, image_spec),
-                "g_update": _graph(g_update, z_spec, label_spec)}
+        # G's update reads a real batch only where the objective pairs one with G's images.
+        return {"d_update": _graph(d_update, real_spec, noise_spec),
+                "g_update": _graph(g_update, noise_spec, *[real_spec][:objective.pairs_real])}
     finally:
         generator.recompute, discriminator.recompute = saved
         generator.block_devices, discriminator.block_devices = placed

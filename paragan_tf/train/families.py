@@ -12,7 +12,6 @@ BigGAN. The rest of a run asks its family, never which one it is:
   loss(), objective(...)  BigGAN's loss pair (`loss.fn`; pix2pix has none) and what the
                      train step computes (objective/objectives.py)
   grid(...)          the sample grid of every train.sample_every steps
-  plan_blocker       why the memory and scale plans cannot plan the family (None: they can)
   evaluator(...)     what an evaluation measures: distances of samples to the data
                      (eval/evaluator.py) or of translations to their targets
                      (eval/translation.py)
@@ -64,7 +63,6 @@ class BigGAN:
     """Class-conditional BigGAN on labelled images (models/biggan.py)."""
 
     name = "biggan"
-    plan_blocker = None  # the memory and scale plans trace BigGAN's updates
 
     def refuse(self, settings) -> None:
         _refuse_others(self.name)
@@ -119,8 +117,6 @@ class Pix2Pix:
     """pix2pix on input/target pairs (models/pix2pix.py)."""
 
     name = "pix2pix"
-    plan_blocker = ("the memory and scale plans trace BigGAN's updates (scale/traced.py) "
-                    "and weigh its residual blocks; pix2pix's are not traced yet")
 
     def __init__(self):
         self._grid_pairs: Optional[tf.Tensor] = None

@@ -48,7 +48,7 @@ def test_the_step_s_matrix_flops_agree_with_the_flop_counter(tiny_gin):
     tiny_gin()
     exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
                            check_data=False)
-    cost = roofline.step_cost(exp.generator, exp.discriminator)
+    cost = roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
     for batch in (1, 8):
         counted = flops_lib.forward(exp.generator, exp.discriminator, batch).train_step(2, 3)
         ratio = cost.totals(batch, d_steps=2, accumulation=3)["flops"] / counted

@@ -177,3 +177,33 @@ def test_pix2pix_trains_in_mixed_precision_with_accumulation_and_clipping(tmp_pa
     else:
         assert skipped == 0
     gin.clear_config()
+
+
+def test_the_memory_plan_traces_pix2pix_updates_and_splits_them_by_network():
+    from paragan_tf.scale import built
+    _parse()
+    model = built.plan_model(["float32"], progress=lambda _: None)
+    memory = model.memory["float32"]
+    exp = experiment.build(check_data=False)
+    variables = sum(v.shape.num_elements() * 4 for m in (exp.generator, exp.discriminator)
+                    for v in m.variables)
+    assert memory.parameter_bytes == variables  # G's and D's weights, BN statistics included
+    assert model.g_blocks == () and model.image_bytes == 4 * 32 * 32 * 1
+    g, d = memory.sides["G"], memory.sides["D"]
+    for update in ("d_update", "g_update"):
+        one, eight = (memory.activation_bytes(update, b, False) for b in (1, 8))
+        assert 0 < one < eight, (update, one, eight)  # per-example activations
+        parts = [side.activation_bytes(update, 8, False) for side in (g, d)]
+        assert max(parts) <= memory.activation_bytes(update, 8, False) <= sum(parts)
+    gin.clear_config()
+
+
+def test_the_plan_binary_plans_the_pix2pix_experiment(tmp_path):
+    from tests.helpers.repo import run_binary
+    result = run_binary("plan.py", "--gin_file=gin/pix2pix_fashion_mnist_edges.gin",
+                        "--devices=v100x8,h100x8", f"--output={tmp_path / 'plan.json'}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("v100x8 ") and "bound by" in lines[0], lines
+    plans = json.loads((tmp_path / "plan.json").read_text())["plans"]
+    assert [p["target"] for p in plans] == ["v100x8", "h100x8"]
