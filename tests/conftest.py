@@ -63,7 +63,8 @@ _FILE_SECONDS = {
     "objective/test_regularizers.py": 10, "train/test_ema.py": 10, "generate/test_export.py": 10,
     "benchmarks/test_quality_runs.py": 5, "distribute/test_placement.py": 220,
     "e2e/test_model_parallel.py": 250, "distribute/test_sharded_adam.py": 130,
-    "benchmarks/test_model_parallel.py": 60,
+    "benchmarks/test_model_parallel.py": 60, "train/test_pix2pix_training.py": 110,
+    "benchmarks/test_pix2pix_study.py": 40, "e2e/test_pix2pix_multi_worker.py": 25,
 }
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -172,9 +172,8 @@ class Pix2Pix:
 
     def grid(self, exp, path: str, writer, step: int, write: bool) -> None:
         """GRID_PAIRS validation pairs, a row each: input | the EMA generator's output |
-        target (inference mode: no collective ops, so only the writer computes it)."""
-        if not write:
-            return
+        target. Every worker of a multi-worker run calls it: reading batch norm's moving
+        statistics (replica-local variables) in inference mode all-reduces them."""
         if self._grid_pairs is None:
             split = translation.validation_split(exp.source, exp.settings.data,
                                                  exp.settings.eval)
@@ -182,6 +181,8 @@ class Pix2Pix:
                 exp.source, exp.settings.data, split).batch(GRID_PAIRS)))[0]
         inputs, targets = tf.split(self._grid_pairs, 2, axis=-1)
         outputs = exp.generator_ema(inputs, training=False)
+        if not write:
+            return
         rows = np.stack([inputs.numpy(), outputs.numpy(), targets.numpy()], 1)
         grid = images_lib.grid(rows.reshape((-1,) + rows.shape[2:]), rows=len(rows))
         images_lib.write_png(path, grid)

@@ -23,3 +23,21 @@ def test_the_pix2pix_study_times_an_epoch_and_reads_memory_losses_and_validation
         assert row["validation"]["l1_identity"] > 0.05
     with pytest.raises(ConfigError, match="unknown pix2pix_study arms"):
         pix2pix_study.pix2pix_study(arms=["zero3"])
+
+
+def test_every_pix2pix_table_in_the_docs_is_its_committed_results_table():
+    """Each `python benchmarks/probes/pix2pix_table.py PATH` in docs/benchmarks.md is
+    followed by the table it prints from that committed JSON."""
+    import json
+    import os
+    import re
+    from benchmarks.probes import pix2pix_table
+    from tests.helpers.repo import REPO
+    with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
+        docs = f.read()
+    found = re.findall(r"^python benchmarks/probes/pix2pix_table\.py (\S+)\n\n((?:\|.*\n)+)",
+                       docs, re.M)
+    assert found, "docs/benchmarks.md shows no pix2pix table with its command"
+    for path, shown in found:
+        with open(os.path.join(REPO, path)) as f:
+            assert shown.strip() == pix2pix_table.table(json.load(f)), path

@@ -21,7 +21,7 @@ RUN = [f"--gin_bindings={b}" for b in (
     *[f"{net}/optimizer.{name} = {value}" for net in ("G", "D")
       for name, value in (("epsilon", 10.0), ("learning_rate", 0.01))],
     "Pix2PixGenerator.sync_bn = True", "PatchDiscriminator.sync_bn = True",
-    "train.total_steps = 2", "train.checkpoint_every = 1", "train.sample_every = 0",
+    "train.total_steps = 2", "train.checkpoint_every = 1", "train.sample_every = 2",
     "dataset.shuffle_buffer = 1")]
 NETWORKS = ("generator", "discriminator", "generator_ema")
 
@@ -40,6 +40,8 @@ def test_two_worker_processes_train_pix2pix_as_one_device(tmp_path):
     assert launch.finish() == 0, launch.output()[-3000:]
     digests = set(re.findall(r"final weights digest (\w+)", launch.output()))
     assert len(digests) == 1, digests  # the two workers agree
+    # The chief's grid (input | output | target), made beside the other worker's step.
+    assert (tmp_path / "mwms" / "samples" / "step_0000002.png").exists()
     before = _networks(str(tmp_path / "one" / "ckpt-1"))
     reference = _networks(str(tmp_path / "one" / "ckpt-2"))
     workers = _networks(str(tmp_path / "mwms" / "ckpt-2"))
