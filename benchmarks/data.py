@@ -20,18 +20,17 @@ folders) it measures
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from typing import Dict, Sequence
+from typing import Sequence
 
 import numpy as np
 from PIL import Image
 import tensorflow as tf
 
+from benchmarks import memory_sampler
 from benchmarks.congestion import CongestedStore
 from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
@@ -56,56 +55,21 @@ def _write_folder(root: str, count: int, size: int) -> None:
         Image.fromarray(rgb).save(os.path.join(root, str(labels[k]), f"{i:06d}.png"))
 
 
-def _tree_rss(root_pid: int) -> int:
-    """Resident bytes of a process and all its descendants (Linux /proc)."""
-    parents: Dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    tree, frontier = {root_pid}, [root_pid]
-    while frontier:
-        pid = frontier.pop()
-        for child, parent in parents.items():
-            if parent == pid and child not in tree:
-                tree.add(child)
-                frontier.append(child)
-    total = 0
-    for pid in tree:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * resource.getpagesize()
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
 def _prepare(source: str, output: str, resolution: int, progress) -> dict:
     command = [sys.executable, os.path.join(REPO, "bin", "prepare_dataset.py"),
                f"--source={source}", f"--output={output}", f"--resolution={resolution}"]
     began = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = [0]
-    done = threading.Event()
-
-    def sample():
-        while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss(proc.pid))
-            done.wait(0.1)
-    sampler = threading.Thread(target=sample, daemon=True)
+    sampler = memory_sampler.Sampler(proc.pid)
     sampler.start()
     out, err = proc.communicate()
     seconds = time.perf_counter() - began
-    done.set()
-    sampler.join()
+    peak = sampler.stop().peak_total
     if proc.returncode:
         raise RuntimeError(f"prepare_dataset failed: {err[-2000:]}")
     summary = out.strip().splitlines()[-1]
     progress(summary)
-    return dict(seconds=round(seconds, 2), peak_rss_bytes=peak[0], summary=summary)
+    return dict(seconds=round(seconds, 2), peak_rss_bytes=peak, summary=summary)
 
 
 def _first_batch_seconds(name: str, data_dir: str, resolution: int, batch: int,

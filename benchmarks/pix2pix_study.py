@@ -15,27 +15,26 @@ training the same epochs of the same pairs through the product's own binaries:
 
 Per arm: seconds per epoch (from the run's first to its last progress record, start-up and
 tracing left out, scaled to an epoch's steps), the peak resident memory of the largest
-training process (one replica each; sampled from /proc every 0.1 s), the bytes of the
-variables and optimizer state per device where the run records them (sharded state), the
-last progress record's losses, and the validation L1, PSNR, SSIM and FID of
-eval/translation.py beside the identity's L1 (input copied to output), measured by
-bin/eval.py on the final checkpoint in a process of its own (so that the FID Inception's
-memory is not counted as training's).
+training process (one replica each; sampled from /proc every 0.1 s by
+benchmarks/memory_sampler.py), the bytes of the variables and optimizer state per device
+where the run records them (sharded state), the last progress record's losses, and the
+validation L1, PSNR, SSIM and FID of eval/translation.py beside the identity's L1 (input
+copied to output), measured by bin/eval.py on the final checkpoint in a process of its own
+(so that the FID Inception's memory is not counted as training's).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Callable, Dict, List, Optional
 
+from benchmarks import memory_sampler
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import run_files
 
@@ -58,55 +57,20 @@ ARMS: Dict[str, List[str]] = {
 STUDY = {"baseline": 40.38, "data_parallel": 37.84}
 
 
-def _rss_by_pid(root: int) -> Dict[int, int]:
-    """Resident bytes of `root` and each of its descendants (Linux /proc)."""
-    parents: Dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    parents[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    tree, frontier = {root}, [root]
-    while frontier:
-        pid = frontier.pop()
-        children = [c for c, p in parents.items() if p == pid and c not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    out = {}
-    for pid in tree:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                out[pid] = int(f.read().split()[1]) * resource.getpagesize()
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
-
-
 def _run(command: List[str], log_path: str) -> int:
     """Runs `command` from the repository root; the peak resident bytes of its largest
     process. Raises RuntimeError with the log's tail when it fails."""
-    peaks: Dict[int, int] = {}
     with open(log_path, "w") as log:
         proc = subprocess.Popen(command, cwd=_REPO, stdout=log, stderr=subprocess.STDOUT,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        done = threading.Event()
-
-        def sample():
-            while not done.is_set():
-                for pid, rss in _rss_by_pid(proc.pid).items():
-                    peaks[pid] = max(peaks.get(pid, 0), rss)
-                done.wait(0.1)
-        sampler = threading.Thread(target=sample, daemon=True)
+        sampler = memory_sampler.Sampler(proc.pid)
         sampler.start()
         code = proc.wait()
-        done.set()
-        sampler.join()
+        peak = sampler.stop().peak_each
     if code:
         with open(log_path) as f:
             raise RuntimeError(f"{command[1]} failed (exit {code}):\n{f.read()[-3000:]}")
-    return max(peaks.values())
+    return peak
 
 
 def epoch_seconds(model_dir: str, steps_per_epoch: float) -> float:
