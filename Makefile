@@ -46,7 +46,9 @@ train: setup
 # start longest first (tests/conftest.py), not in xdist's order by test count.
 # PARAGAN_TF_TEST_COSTS=FILE records where each test's time goes (tests/helpers/costs.py;
 # benchmarks/probes/test_durations.py sums it).
-WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
+# Two on two cores since 2026-11-29: each worker keeps what its tests allocate until the suite
+# ends (~8 GB by then), and three ran a 24 GiB machine out of memory.
+WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)))")
 test: setup
 	$(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -p tests.helpers.costs \
 	  --durations=25 $(PYTEST_ARGS)
