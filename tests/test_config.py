@@ -33,9 +33,13 @@ def test_gin_file_parses_and_builds(path):
     # Layouts and policies are fragments: they go on top of an experiment.
     files = (["gin/tiny.gin", path] if path.startswith(("gin/layouts/", "gin/policies/"))
              else [path])
-    # D ch 8: self-attention needs 8 channels (the paper configs attend at 64 px).
-    experiment.parse(files, ["Generator.ch = 4", "Discriminator.ch = 8",
-                              "strategy.kind = 'one_device'"], finalize=False)
+    # D ch 8: self-attention needs 8 channels (the paper configs attend at 64 px). Each family
+    # takes only its own networks' bindings (train/families.py), and a pix2pix file names them.
+    with open(os.path.join(REPO, path)) as f:
+        pix2pix = "Pix2PixGenerator." in f.read()
+    widths = (["Pix2PixGenerator.ch = 4", "PatchDiscriminator.ch = 4"] if pix2pix
+              else ["Generator.ch = 4", "Discriminator.ch = 8"])
+    experiment.parse(files, widths + ["strategy.kind = 'one_device'"], finalize=False)
     exp = experiment.build(check_data=False)
     assert exp.generator.resolution == exp.settings.data.resolution
 

@@ -42,7 +42,8 @@ CONFIGURABLES = {"biggan": ("Generator", "Discriminator", "loss"),
 GRID_PAIRS = 8  # rows of a pix2pix sample grid: input | output | target
 
 
-def _refuse_others(family: str) -> None:
+def _refuse_others(family: str, settings) -> None:
+    holds = "labelled images" if family == "biggan" else "pairs"
     for other, names in CONFIGURABLES.items():
         if other == family:
             continue
@@ -50,9 +51,9 @@ def _refuse_others(family: str) -> None:
             bound = gin.get_bindings(name, resolve_references=False)
             if bound:
                 raise ConfigError(
-                    f"{name}.{sorted(bound)[0]} configures {other}, but this run trains "
-                    f"{family} ({'labelled images' if family == 'biggan' else 'pairs'}: "
-                    f"dataset.name decides); remove the binding")
+                    f"{name}.{sorted(bound)[0]} configures {other}, but "
+                    f"dataset.name={settings.data.name!r} holds {holds}, so this run trains "
+                    f"{family}; remove the binding or choose a dataset of the other kind")
 
 
 def _init(settings) -> dict:
@@ -65,7 +66,7 @@ class BigGAN:
     name = "biggan"
 
     def refuse(self, settings) -> None:
-        _refuse_others(self.name)
+        _refuse_others(self.name, settings)
         if settings.data.resolution not in biggan.G_ARCH:
             raise ConfigError(f"dataset.resolution={settings.data.resolution} has no BigGAN "
                               f"architecture; choose one of {sorted(biggan.G_ARCH)}")
@@ -122,7 +123,7 @@ class Pix2Pix:
         self._grid_pairs: Optional[tf.Tensor] = None
 
     def refuse(self, settings) -> None:
-        _refuse_others(self.name)
+        _refuse_others(self.name, settings)
         s = settings
         why_not: List[Tuple[str, object, str]] = [
             ("penalties.*", s.penalties.any and "set", "D's penalties read BigGAN's "
