@@ -82,7 +82,7 @@ from benchmarks import small_data as small_data_bench
 from benchmarks import step as step_bench
 from benchmarks import time_to_quality as time_to_quality_bench
 from paragan_tf.errors import ConfigError
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 SUITES = dict(cluster.SUITES, step=step_bench.step_suite, input=input_bench.input_suite,
               memory=memory_bench.memory_suite, data=data_bench.data_suite,

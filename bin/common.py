@@ -16,7 +16,7 @@ from absl import logging  # noqa: E402  pylint: disable=wrong-import-position
 import paragan_tf  # noqa: F401  (pins tf-keras before TensorFlow loads)
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 FLAGS = flags.FLAGS
 # Last before the process ends: our stderr filter writes out the last lines.

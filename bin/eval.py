@@ -38,7 +38,7 @@ from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()

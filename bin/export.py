@@ -19,7 +19,7 @@ from absl import logging
 import common
 from paragan_tf.generate import export
 from paragan_tf.generate import sampling
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()

@@ -52,7 +52,7 @@ from paragan_tf.scale import measured
 from paragan_tf.scale import modes as modes_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.train import experiment
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()

@@ -42,7 +42,7 @@ from paragan_tf.eval import reference_stats
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/quality", "Where the classifier, run and metrics go.")

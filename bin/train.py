@@ -34,7 +34,7 @@ from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.layout import tuning as layout_tuning
 from paragan_tf.train import model_dir as model_dir_lib
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
@@ -86,7 +86,7 @@ def _main() -> int:
                     f"{str(e).strip().splitlines()[0][:200]}); free space and relaunch to "
                     f"resume from the newest checkpoint", code=1)
     logging.info("done: %s", json.dumps({k: round(v, 4) for k, v in result.items()}))
-    teardown.exit_now(0)  # not through the input iterators' destructors: train/teardown.py
+    teardown.exit_now(0)  # not through the input iterators' destructors: paragan_tf/teardown.py
 
 
 if __name__ == "__main__":

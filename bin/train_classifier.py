@@ -22,7 +22,7 @@ import common
 from paragan_tf.data import config as data_config
 from paragan_tf.data import pipeline
 from paragan_tf.eval import classifier
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("gin_file", [], "Gin config file(s): the experiment's dataset.")

@@ -16,7 +16,7 @@ LAYERS = [
      "paragan_tf.layout", "paragan_tf.layout.rules", "paragan_tf.layout.choice",
      "paragan_tf.layout.cache",
      "paragan_tf.layout.env",
-     "paragan_tf.tfgan_compat"},
+     "paragan_tf.tfgan_compat", "paragan_tf.teardown"},
     {"paragan_tf.scale", "paragan_tf.distribute", "paragan_tf.data"},
     {"paragan_tf.models"},
     {"paragan_tf.objective"},

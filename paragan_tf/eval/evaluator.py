@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 from typing import Callable, Dict, Optional
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from paragan_tf import teardown
 from paragan_tf.data import pipeline
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import features as features_lib
@@ -120,9 +122,8 @@ class Evaluator:
 
     def _available_real(self) -> int:
         """eval.num_real, or the reference split's images of this run's classes where there
-        are fewer: a setting is an upper bound, so the default (10,000)
-        works on small data such as mnist5k's 5,000. Counted before any work, stamped in
-        the protocol."""
+        are fewer: a setting is an upper bound, so the default (10,000) works on small data
+        such as mnist5k's 5,000. Counted before any work, stamped in the protocol."""
         cfg, run = self.config, self.run
         examples = pipeline.keep_classes(self._reference, run.classes, run.source.num_classes)
         available = int(tf.data.experimental.cardinality(examples))
@@ -248,6 +249,8 @@ class Evaluator:
                 out = strategy.run(indexed_fn, args=indexed)
                 return {k: strategy.gather(v, axis=0) for k, v in out.items()}
             self._loops[name] = step, iter(strategy.experimental_distribute_dataset(ds))
+            # Destroying it can block for a minute: parked when this evaluator is freed.
+            weakref.finalize(self, teardown.park, self._loops[name][1])
         step, iterator = self._loops[name]
         parts, batches = [], -(-padded // batch)
         start = last_log = time.monotonic()

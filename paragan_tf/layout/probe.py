@@ -9,7 +9,7 @@ data is not on this machine), runs two warm-up steps (tracing, XLA compilation),
 prints one JSON line {"ready": ...}, then for every line "N" on stdin runs N
 steps and prints {"seconds": ..., "steps": N}. "quit" or end of input ends it at once,
 without the input iterators' destructors (they can block for a minute:
-train/teardown.py), as does any error (one JSON line {"error": ...}).
+paragan_tf/teardown.py), as does any error (one JSON line {"error": ...}).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ from paragan_tf.train import async_closures
 from paragan_tf.train import combinations
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import experiment as experiment_lib
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 from paragan_tf.train import trainer as trainer_lib
 
 
@@ -276,5 +276,5 @@ class AsyncTrainer(trainer_lib.Trainer):
                 "d_closures_by_process": dict(self.inflight.d_by_process)}
 
     def close(self) -> None:
-        teardown.park(self.closures)  # its per-worker iterators (train/teardown.py)
+        teardown.park(self.closures)  # its per-worker iterators (paragan_tf/teardown.py)
         self.closures = None  # the count of finished rounds stays

@@ -36,7 +36,7 @@ stats.jsonl "stop" record names the step saved and when its training ended (befo
 checkpoint): what a benchmark that stops runs at a deadline times them by. Divergence: a
 trainer reports the steps the NaN guard skipped in a row; at the limit the controller
 raises Diverged, naming the newest checkpoint (the last finite weights). The trainer
-is closed on every way out (its iterators go to train/teardown.py's PARKED:
+is closed on every way out (its iterators go to paragan_tf/teardown.py's PARKED:
 destroying them can block for a minute).
 """
 

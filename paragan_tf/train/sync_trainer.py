@@ -34,7 +34,7 @@ from paragan_tf.objective import ada as ada_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf import precision as precision_lib
 from paragan_tf.train import step as step_lib
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 from paragan_tf.train import trainer as trainer_lib
 
 _METRICS = ("loss/D", "loss/G", "grad_norm/D", "grad_norm/G", "logits/real", "logits/fake")

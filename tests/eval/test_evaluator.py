@@ -3,6 +3,7 @@ real images, in-loop evaluation, D's logit gap, and the quality binary end to en
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from paragan_tf import teardown
 from paragan_tf.data import datasets
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
@@ -91,6 +93,12 @@ def test_evaluation_under_two_replicas_matches_one_device(tiny_gin, tmp_path, mn
         # The kept iterators read the same pass again: the same weights, the same values.
         assert again == pytest.approx(results[-1], rel=1e-6, abs=1e-9)
         timings.append(evaluator.timings)  # what the controller records in stats.jsonl
+        # Freed, the evaluator parks its iterators (paragan_tf/teardown.py): destroying
+        # them could block for a minute.
+        iterators = [loop[1] for loop in evaluator._loops.values()]  # pylint: disable=W0212
+        del evaluator, exp
+        gc.collect()
+        assert all(any(i is p for p in teardown.PARKED) for i in iterators) and iterators
     one, two = results
     assert one.keys() == two.keys()
     for key in one:

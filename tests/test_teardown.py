@@ -1,4 +1,4 @@
-"""Ending a process without tf.data's iterator teardown (train/teardown.py): what is parked
+"""Ending a process without tf.data's iterator teardown (paragan_tf/teardown.py): what is parked
 outlives its owner, and exit_now ends the process with its output flushed and no exit
 handler or destructor run."""
 
@@ -8,7 +8,7 @@ import os
 import subprocess
 import weakref
 
-from paragan_tf.train import teardown
+from paragan_tf import teardown
 from tests.helpers.repo import PYTHON, REPO
 
 
@@ -30,7 +30,7 @@ def test_exit_now_flushes_what_was_written_and_runs_no_exit_handler():
     # gets "written" out before os._exit, which runs no atexit handler. The before-exit
     # work runs, also when a thread other than the main one exits (the watchdog's case).
     code = ("import atexit, sys, threading\n"
-            "from paragan_tf.train import teardown\n"
+            "from paragan_tf import teardown\n"
             "atexit.register(lambda: print('an exit handler ran'))\n"
             "teardown.before_exit(lambda: print(' the lock released', end='', file=sys.stderr))\n"
             "print('written', end='')\n"
