@@ -40,14 +40,13 @@ fashion-mnist:
 train: setup
 	$(PY) bin/train.py --gin_file=$(GIN_FILE) --model_dir=$(MODEL_DIR) $(TRAIN_ARGS)
 
-# One pytest worker per core plus one, a test file each at a time: tests wait a good part
-# of their time (processes starting, sleeping stores, servers), and the extra worker fills
-# it (three on two cores: 17-19 min against 21 with two, when the suite was smaller). Files
-# start longest first (tests/conftest.py), not in xdist's order by test count.
-# PARAGAN_TF_TEST_COSTS=FILE records where each test's time goes (tests/helpers/costs.py;
-# benchmarks/probes/test_durations.py sums it).
-# Two on two cores since 2026-11-29: each worker keeps what its tests allocate until the suite
-# ends (~8 GB by then), and three ran a 24 GiB machine out of memory.
+# One pytest worker per core, a test file each at a time. Files start longest first
+# (tests/conftest.py), not in xdist's order by test count. Not one per core plus one, which
+# was faster while the suite was smaller (17-19 min against 21 with two): each worker keeps
+# much of what its tests allocate until the suite ends (9-13 GB each by then), and three
+# ran a 24 GiB machine out of memory on 2026-11-29.
+# PARAGAN_TF_TEST_COSTS=FILE records where each test's time and memory go
+# (tests/helpers/costs.py; benchmarks/probes/test_durations.py sums it).
 WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)))")
 test: setup
 	$(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -p tests.helpers.costs \
