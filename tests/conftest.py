@@ -9,7 +9,6 @@ same process as single-device tests.
 from __future__ import annotations
 
 import fcntl
-import gc
 import json
 import os
 import tempfile
@@ -85,17 +84,6 @@ def pytest_collection_modifyitems(items):
     def seconds(item):
         return _FILE_SECONDS.get(os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/"), 0)
     items.sort(key=lambda item: -seconds(item))  # stable: keeps order
-
-
-@pytest.fixture(autouse=True)
-def collect_then_freeze():
-    """What a test left in reference cycles (Keras models, traced steps) is freed after it,
-    and what survives is frozen out of Python's collector: a test worker keeps GBs of
-    objects, and each full collection walked them all again (1-3 s, many times per test
-    file). Found by timing every collection (benchmarks/probes/gc_pauses.py)."""
-    yield
-    gc.collect()
-    gc.freeze()
 
 
 @pytest.fixture(autouse=True)

@@ -4,6 +4,7 @@ Adam = G and D split over two devices; a folder in pix2pix's format; what is ref
 
 from __future__ import annotations
 
+import gc
 import json
 
 import gin
@@ -25,6 +26,14 @@ EQUAL = [f"{net}/optimizer.{name} = {value}" for net in ("G", "D")
     "Pix2PixGenerator.sync_bn = True", "PatchDiscriminator.sync_bn = True",
     "train.total_steps = 2", "train.sample_every = 0", "train.checkpoint_every = 2",
     "dataset.shuffle_buffer = 1"]
+
+
+@pytest.fixture(autouse=True)
+def collect_garbage():
+    """Keras models and traced steps hold reference cycles: freed after each test, not at
+    the end of this test worker's run of the suite."""
+    yield
+    gc.collect()
 
 
 def _parse(*bindings: str) -> None:
