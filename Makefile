@@ -43,7 +43,7 @@ train: setup
 # One pytest worker per core, a test file each at a time. Files start longest first
 # (tests/conftest.py), not in xdist's order by test count. Not one per core plus one, which
 # was faster while the suite was smaller (17-19 min against 21 with two): each worker keeps
-# much of what its tests allocate until the suite ends (9-13 GB each by then), and three
+# much of what its tests allocate until the suite ends (9-14.5 GB each by then), and three
 # ran a 24 GiB machine out of memory on 2026-11-29.
 # PARAGAN_TF_TEST_COSTS=FILE records where each test's time and memory go
 # (tests/helpers/costs.py; benchmarks/probes/test_durations.py sums it).
