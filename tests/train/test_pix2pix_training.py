@@ -100,11 +100,11 @@ def test_two_replicas_without_sync_batch_norm_differ_from_one_device(one_device,
     assert ratios["generator"] > 1e-3, ratios
 
 
-def _train_binary(model_dir, *bindings, config=TINY_PIX2PIX):
+def _train_binary(model_dir, *bindings):
     """bin/train.py in a process of its own: the runs that evaluate load the FID Inception,
     whose ~0.7 GB would stay in this test worker for the rest of the suite."""
     from tests.helpers.clusters import run_binary
-    result = run_binary("train.py", f"--model_dir={model_dir}", f"--gin_file={config}",
+    result = run_binary("train.py", f"--model_dir={model_dir}", f"--gin_file={TINY_PIX2PIX}",
                         *[f"--gin_bindings={b}" for b in bindings])
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stderr
