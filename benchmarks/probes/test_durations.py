@@ -162,6 +162,19 @@ def main(argv=None) -> int:
             print(f"memory: each worker's largest resident MiB {peak}; the least the machine "
                   f"had available after a test {summary['least_available_mib']} MiB; "
                   f"{summary['major_faults']} page faults the workers waited on disk for")
+            # What each file adds to its worker: the growth over its tests, each measured
+            # from the worker's previous line (the lines are in the order they were written).
+            added, last = {}, {}
+            for test, c in costs.items():
+                if "rss_mib" in c and c["worker"] in last:
+                    path = test.split("::")[0]
+                    added[path] = added.get(path, 0) + c["rss_mib"] - last[c["worker"]]
+                last[c["worker"]] = c.get("rss_mib", last.get(c["worker"]))
+            top = sorted(added.items(), key=lambda kv: -kv[1])[:args.top]
+            summary.update(added_rss_mib=dict(top))
+            print(f"the {len(top)} files that added most to their worker's resident MiB:")
+            for path, mib in top:
+                print(f"  {mib:8d}  {path}")
     if costs and args.before_costs:
         both = compared(read_costs(args.before_costs), costs)
         print(f"\nthe {args.top} slowest files, over the tests both cost records hold: "
