@@ -42,15 +42,30 @@ train: setup
 
 # One pytest worker per core, a test file each at a time. Files start longest first
 # (tests/conftest.py), not in xdist's order by test count. Not one per core plus one, which
-# was faster while the suite was smaller (17-19 min against 21 with two): each worker keeps
-# much of what its tests allocate until the suite ends (9-14.5 GB each by then), and three
-# ran a 24 GiB machine out of memory on 2026-11-29.
+# was faster while the suite was smaller (17-19 min against 21 with two): three ran a 24 GiB
+# machine out of memory on 2026-11-29.
+# A worker keeps ~0.2-0.5 GB of every in-process training test until it ends (TensorFlow's
+# own, not Python objects: benchmarks/probes/worker_memory.py), 9-14.5 GB each by the end of
+# one session. So the whole suite runs as two sessions, each with fresh workers: FIRST_HALF
+# (tests/train holds most of that growth), then every other directory. Both always run; the
+# target fails if either does. With PYTEST_ARGS, one session runs what they select.
 # PARAGAN_TF_TEST_COSTS=FILE records where each test's time and memory go
 # (tests/helpers/costs.py; benchmarks/probes/test_durations.py sums it).
 WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)))")
+PYTEST := $(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
+	  -p tests.helpers.costs --durations=25
+FIRST_HALF := tests/train tests/benchmarks tests/models tests/objective tests/generate
 test: setup
-	$(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder -p tests.helpers.costs \
-	  --durations=25 $(PYTEST_ARGS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	@status=0; \
+	echo "== make test, session 1 of 2: $(FIRST_HALF)"; \
+	$(PYTEST) $(FIRST_HALF) || status=$$?; \
+	echo "== make test, session 2 of 2: tests/ but $(FIRST_HALF)"; \
+	$(PYTEST) tests $(FIRST_HALF:%=--ignore=%) || status=$$?; \
+	exit $$status
+else
+	$(PYTEST) $(PYTEST_ARGS)
+endif
 
 # The fast unit tests through Bazel, offline: Debian's bazel-bootstrap (4.2.3) with the
 # local stand-ins named in WORKSPACE and .venv's python as the registered toolchain.
