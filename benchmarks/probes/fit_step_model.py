@@ -1,0 +1,152 @@
+"""Fits the step model (paragan_tf/scale/step_model.py) to measured steps and checks it on
+the ones it was not fitted to: the table of measured against modelled seconds that the
+scale plan's GPU numbers are to rest on.
+
+    python benchmarks/probes/fit_step_model.py --measured=reference_step.json \
+        --fit='*:8:1:1:*' --fit='*:64:1:1:*' --fit='128:256:8:1:bfloat16' \
+        --output=step_model_fit.json
+
+--measured is benchmarks/probes/reference_step.py's JSON (the reference network's steps
+on a GPU, in PyTorch). For every resolution and precision in it this builds our network
+from --gin_file at that resolution (nothing trains; the weights' values do not matter)
+and costs its traced step op by op (scale/roofline.py) at each point's batch,
+accumulations and D steps. The points matching a --fit pattern (resolution:batch:
+accumulations:D steps:precision, `*` for any) are fitted, per precision, with --fix'd
+constants held; every point is then listed with its measured and modelled seconds, their
+ratio, and whether it was fitted. The device is the catalogue row named in the JSON's
+device (`NVIDIA H200` -> h200) unless --device says. Also printed per point: the
+reference's FLOPs (torch's counter) over ours, which says the two networks are the same.
+
+A float32 point on a GPU runs its matrix products as TF32 (reference_step.py sets it, as
+TensorFlow does by default), whose tensor-core peak the catalogue does not carry: such
+points are fitted against --float32_peak_tflops when given, else the catalogue's float32
+(CUDA core) peak, and a fitted compute fraction of 1 then says that peak is too low.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import fnmatch
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
+
+import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
+
+from paragan_tf import errors  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import devices  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import roofline  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import step_model  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-import-position
+
+PRECISIONS = {"bfloat16": "mixed_bfloat16", "float32": "float32"}
+
+
+def _spec(row: dict) -> str:
+    return (f"{row['resolution']}:{row['batch']}:{row['accumulations']}:{row['d_steps']}:"
+            f"{row['precision']}")
+
+
+def _cost(gin_files, bindings, resolution: int, precision: str) -> roofline.StepCost:
+    experiment.parse(gin_files, bindings + [f"dataset.resolution = {resolution}",
+                                            f"layout.precision = '{precision}'"],
+                     finalize=False)
+    settings = experiment.Settings.read()
+    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model,
+                                                                       init="N02"))
+    exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
+                           check_data=False, settings=settings)
+    return roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+
+
+def _device_name(text: str, catalogue: devices.Catalogue) -> str:
+    found = [name for name, row in catalogue.devices.items()
+             if row.family == "gpu" and name in text.lower()]
+    if len(found) != 1:
+        raise SystemExit(f"device {text!r}: name its catalogue row with --device")
+    return found[0]
+
+
+def _row(point: step_model.Point, row: dict, constants, fitted: bool) -> dict:
+    """One point's line of the table, printed, and its JSON row."""
+    modelled = step_model.seconds(constants, point) if constants else None
+    ours = point.cost.totals(point.batch, point.d_steps, point.accumulation)["flops"]
+    out = dict(point=point.name, device=row["device"], fitted=fitted,
+               measured_seconds=point.seconds, modelled_seconds=modelled,
+               ratio=modelled / point.seconds if modelled else None,
+               measured_fraction_of_peak=step_model.fraction_of_peak(point, point.seconds),
+               reference_flops_over_ours=row["flops_per_iteration"] / ours,
+               peak_memory_bytes=row.get("peak_memory_bytes"))
+    print(f"  {out['point']:22s} measured {point.seconds:8.4f} s  "
+          + (f"modelled {modelled:8.4f} s  ratio {out['ratio']:5.2f}" if modelled else
+             "not modelled") + f"{'  (fitted)' if fitted else ''}  "
+          f"{out['measured_fraction_of_peak']:.1%} of the peak  FLOPs ref/ours "
+          f"{out['reference_flops_over_ours']:.3f}")
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--measured", action="append", required=True)
+    parser.add_argument("--fit", action="append", required=True,
+                        help="resolution:batch:accumulations:D steps:precision, * for any")
+    parser.add_argument("--fix", action="append", default=[],
+                        help="name=value: a constant held in every fit (compute=0.5)")
+    parser.add_argument("--gin_file", action="append", default=None)
+    parser.add_argument("--gin_bindings", action="append", default=[])
+    parser.add_argument("--device", default=None, help="the catalogue row measured")
+    parser.add_argument("--float32_peak_tflops", type=float, default=None)
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    gin_files = args.gin_file or ["gin/biggan_imagenet128.gin"]
+    fixed = {k: float(v) for k, _, v in (f.partition("=") for f in args.fix)}
+    catalogue = devices.catalogue()
+    rows = []
+    for path in args.measured:
+        with open(path) as f:
+            measured = json.load(f)
+        name = args.device or _device_name(measured["device"], catalogue)
+        rows += [dict(r, device=name, source=path) for r in measured["points"]
+                 if r.get("status") == "ok"]
+    costs, points = {}, []
+    for row in rows:
+        key = (row["resolution"], row["precision"])
+        if key not in costs:
+            print(f"tracing our step at {key[0]} px, {key[1]}", flush=True)
+            costs[key] = _cost(gin_files, args.gin_bindings, key[0], PRECISIONS[key[1]])
+        device = catalogue.device(row["device"])
+        peak = device.peak_tflops(PRECISIONS[row["precision"]])
+        if row["precision"] == "float32" and args.float32_peak_tflops:
+            peak = args.float32_peak_tflops
+        points.append(step_model.Point(
+            _spec(row), costs[key], row["batch"], row["accumulations"], row["d_steps"],
+            peak * 1e12, device.memory_gbps * 1e9, row["seconds_per_iteration"]))
+    fitted_specs = {p.name for p in points if any(fnmatch.fnmatch(p.name, f) for f in args.fit)}
+    result = dict(command=" ".join(sys.argv), measured=args.measured, fixed=fixed,
+                  constants={}, not_fitted={}, rows=[])
+    for precision in sorted({r["precision"] for r in rows}):
+        try:
+            constants = step_model.fit([p for p, r in zip(points, rows) if r["precision"] ==
+                                        precision and p.name in fitted_specs], fixed)
+        except errors.ConfigError as e:  # its points are still listed, unmodelled
+            constants, result["not_fitted"][precision] = None, str(e)
+            print(f"{precision}: not fitted: {e}")
+        else:
+            result["constants"][precision] = dataclasses.asdict(constants)
+            print(f"{precision}: compute {constants.compute:.3f} of the peak, bandwidth "
+                  f"{constants.bandwidth:.3f}, {constants.op_seconds * 1e6:.2f} us per op")
+        for point, row in zip(points, rows):
+            if row["precision"] == precision:
+                result["rows"].append(_row(point, row, constants, point.name in fitted_specs))
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""How long a train step takes on a device: the roofline of its ops on the device as it
+performs, not as its datasheet says, plus a fixed cost per op.
+
+One efficiency per device family cannot say it: the same network reaches different
+fractions of a GPU's peak at different per-device batches (a small batch leaves the
+matrix units idle between many small ops), and most of a BigGAN step's ops are bound by
+memory, not compute (docs/scale.md, "The roofline"). So, from each op's FLOPs and bytes
+moved at the precision's dtypes (scale/roofline.py):
+
+    seconds = sum over the step's ops of max(FLOPs / (compute x P), bytes / (bandwidth x W))
+              + ops x op_seconds
+
+with P the device's matrix peak at the precision and W its memory bandwidth (the
+catalogue's, scale/devices.py). Three constants per device family and precision:
+`compute` and `bandwidth`, the fractions of P and W an op reaches at best, and
+`op_seconds`, what every op costs beyond its work (a kernel launch, a dispatch, a
+synchronisation). `fit` finds them from measured steps: the reference network's on a GPU
+(benchmarks/probes/reference_step.py, fitted by benchmarks/probes/fit_step_model.py) and
+the published runs. A sweep of batches of one network scales both bounds alike: it pins
+`op_seconds`, and `compute` and `bandwidth` only as a pair that predicts alike (tests/scale/
+test_step_model.py), which several resolutions or a fixed constant (`fit(fixed=...)`)
+separate. The scale plan does not use this model yet (docs/scale.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+from scipy import optimize
+
+from paragan_tf.errors import ConfigError
+from paragan_tf.scale import roofline
+
+NAMES = ("compute", "bandwidth", "op_seconds")
+# The fit's search box: fractions in (0, 1] (a device cannot beat its datasheet), op
+# costs from none to 1 ms (a launch is ~5 us on a GPU, a host round trip ~100 us).
+_LOWEST_FRACTION = 1e-4
+_MOST_OP_SECONDS = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class Constants:
+    """A device family's constants at one precision (see the module doc)."""
+
+    compute: float
+    bandwidth: float
+    op_seconds: float
+
+    def __post_init__(self):
+        if not (0 < self.compute <= 1 and 0 < self.bandwidth <= 1 and self.op_seconds >= 0):
+            raise ConfigError(f"step model constants {self}: compute and bandwidth are "
+                              f"fractions in (0, 1], op_seconds is >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One step on one device, measured (or published): what the model is fitted to and
+    checked against. `batch` is per device and micro-batch."""
+
+    name: str
+    cost: roofline.StepCost
+    batch: int
+    accumulation: int
+    d_steps: int
+    peak_flops: float  # FLOP/s: the device's matrix peak at the step's precision
+    bandwidth: float  # bytes/s: the device's memory bandwidth
+    seconds: float  # measured; 0 for a point only to be predicted
+
+
+def seconds(constants: Constants, point: Point) -> float:
+    """The model's seconds for `point`'s step (see the module doc)."""
+    bound = point.cost.seconds(point.batch, point.d_steps, point.accumulation,
+                               constants.compute * point.peak_flops,
+                               constants.bandwidth * point.bandwidth)
+    ops = point.cost.totals(point.batch, point.d_steps, point.accumulation)["ops"]
+    return bound + ops * constants.op_seconds
+
+
+def fraction_of_peak(point: Point, step_seconds: float) -> float:
+    """The step's matrix FLOPs over what the device's peak does in `step_seconds`."""
+    flops = point.cost.totals(point.batch, point.d_steps, point.accumulation)["flops"]
+    return flops / (point.peak_flops * step_seconds)
+
+
+def fit(points: Sequence[Point], fixed: Optional[Dict[str, float]] = None) -> Constants:
+    """The constants (less those `fixed`) that minimise the squared log ratios of the
+    model's seconds to the measured ones over `points`: a factor too slow weighs as a
+    factor too fast, and a fast point as much as a slow one."""
+    fixed = dict(fixed or {})
+    unknown = set(fixed) - set(NAMES)
+    if unknown:
+        raise ConfigError(f"step model: unknown constants {sorted(unknown)}; known: {NAMES}")
+    free = [name for name in NAMES if name not in fixed]
+    measured = [p for p in points if p.seconds > 0]
+    if len(measured) < len(free):
+        raise ConfigError(f"step model: {len(measured)} measured points cannot fit "
+                          f"{len(free)} constants ({free}); measure more or fix some")
+    # Searched as log10 fractions and microseconds, so that each axis is evenly scaled.
+    lower = {"compute": math.log10(_LOWEST_FRACTION), "bandwidth": math.log10(_LOWEST_FRACTION),
+             "op_seconds": 0.0}
+    upper = {"compute": 0.0, "bandwidth": 0.0, "op_seconds": _MOST_OP_SECONDS * 1e6}
+    start = {"compute": math.log10(0.5), "bandwidth": math.log10(0.5), "op_seconds": 5.0}
+
+    def constants(x) -> Constants:
+        values = dict(fixed, **dict(zip(free, x)))
+        for name in ("compute", "bandwidth"):
+            if name not in fixed:
+                values[name] = 10.0 ** values[name]
+        if "op_seconds" not in fixed:
+            values["op_seconds"] *= 1e-6
+        return Constants(**values)
+
+    def residuals(x):
+        c = constants(x)
+        return [math.log(seconds(c, p) / p.seconds) for p in measured]
+
+    found = optimize.least_squares(residuals, [start[n] for n in free],
+                                   bounds=([lower[n] for n in free], [upper[n] for n in free]),
+                                   x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12)
+    return constants(found.x)
+
+
+def ratios(constants: Constants, points: Sequence[Point]) -> np.ndarray:
+    """The model's seconds over the measured ones, per measured point."""
+    return np.array([seconds(constants, p) / p.seconds for p in points if p.seconds > 0])
