@@ -60,7 +60,8 @@ flags.DEFINE_list("devices", ["v100x8", "a100x64", "h100x256", "tpu_v3x1024", "t
                   "Targets, <device>x<count>.")
 flags.DEFINE_string("custom_device", None, "A device of your own: name=...,fp32=TFLOP/s,"
                     "bf16=TFLOP/s,memory=GiB,per_host=N,intra=GB/s,inter=GB/s[,family=gpu]"
-                    "[,per_input_host=N][,input=images/s per host].")
+                    "[,per_input_host=N][,input=images/s per host][,tf32=TFLOP/s]"
+                    "[,memory_gbps=GB/s].")
 flags.DEFINE_string("output", None, "Write the plan as JSON here.")
 flags.DEFINE_bool("calibrate", False, "First time the experiment's step on this machine's "
                   "devices and record its FLOP/s for the plans of this device kind.")
@@ -71,7 +72,8 @@ flags.DEFINE_string("calibrate_device", None, "--calibrate: the catalogue device
 _CUSTOM_FIELDS = {"name": "name", "fp32": "peak_fp32_tflops", "bf16": "peak_bf16_tflops",
                   "fp16": "peak_fp16_tflops", "memory": "memory_gib", "per_host": "per_host",
                   "intra": "intra_gbps", "inter": "inter_gbps", "family": "family",
-                  "per_input_host": "per_input_host", "input": "input_per_host"}
+                  "per_input_host": "per_input_host", "input": "input_per_host",
+                  "tf32": "peak_tf32_tflops", "memory_gbps": "memory_gbps"}
 
 
 def _custom(text: str) -> dict:

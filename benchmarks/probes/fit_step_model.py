@@ -18,9 +18,7 @@ device (`NVIDIA H200` -> h200) unless --device says. Also printed per point: the
 reference's FLOPs (torch's counter) over ours, which says the two networks are the same.
 
 A float32 point on a GPU runs its matrix products as TF32 (reference_step.py sets it, as
-TensorFlow does by default), whose tensor-core peak the catalogue does not carry: such
-points are fitted against --float32_peak_tflops when given, else the catalogue's float32
-(CUDA core) peak, and a fitted compute fraction of 1 then says that peak is too low.
+TensorFlow does by default): its peak is the catalogue's TF32 peak (scale/devices.py).
 """
 
 from __future__ import annotations
@@ -99,7 +97,6 @@ def main(argv=None) -> int:
     parser.add_argument("--gin_file", action="append", default=None)
     parser.add_argument("--gin_bindings", action="append", default=[])
     parser.add_argument("--device", default=None, help="the catalogue row measured")
-    parser.add_argument("--float32_peak_tflops", type=float, default=None)
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     gin_files = args.gin_file or ["gin/biggan_imagenet128.gin"]
@@ -120,8 +117,6 @@ def main(argv=None) -> int:
             costs[key] = _cost(gin_files, args.gin_bindings, key[0], PRECISIONS[key[1]])
         device = catalogue.device(row["device"])
         peak = device.peak_tflops(PRECISIONS[row["precision"]])
-        if row["precision"] == "float32" and args.float32_peak_tflops:
-            peak = args.float32_peak_tflops
         points.append(step_model.Point(
             _spec(row), costs[key], row["batch"], row["accumulations"], row["d_steps"],
             peak * 1e12, device.memory_gbps * 1e9, row["seconds_per_iteration"]))

@@ -18,6 +18,10 @@ chip, whose two cores act as one device):
   family            efficiencies are calibrated per family (EFFICIENCY)
   memory_gbps       datasheet memory bandwidth per device, GB/s (0 = not given): the
                     roofline's bound on the bytes a step moves (scale/roofline.py)
+  peak_tf32_tflops  dense TF32 tensor-core peak (0 = none): TensorFlow runs float32
+                    convolutions and matrix products as TF32 on such a GPU by default
+                    (tf.config.experimental.enable_tensor_float_32_execution), so it is a
+                    float32 step's peak there
 
 The measured and fitted numbers below (the input rate per core, the gpu and tpu
 efficiencies) come from scale/calibration.py, which records each one's machine or
@@ -88,10 +92,16 @@ class Device:
     input_per_host: float
     source: str
     memory_gbps: float = 0.0
+    peak_tf32_tflops: float = 0.0
 
     def peak_tflops(self, precision: str) -> float:
+        """The matrix peak a step at `precision` runs on (float32's: TF32's where there is
+        such a unit, as TensorFlow uses it by default)."""
+        unit = precision_lib.policy(precision).peak
+        if unit == "fp32" and self.peak_tf32_tflops:
+            return self.peak_tf32_tflops
         return {"fp32": self.peak_fp32_tflops, "bf16": self.peak_bf16_tflops,
-                "fp16": self.peak_fp16_tflops}[precision_lib.policy(precision).peak]
+                "fp16": self.peak_fp16_tflops}[unit]
 
     def auto_precision(self) -> str:
         """What layout.precision='auto' picks on this device (paragan_tf/layout/rules.py)."""
@@ -106,16 +116,16 @@ CATALOGUE: Dict[str, Device] = {d.name: d for d in (
     Device("a100", "gpu", 19.5, 312.0, 312.0, 80.0, 8, 300.0, 25.0, 8, INPUT_PER_HOST,
            "NVIDIA A100 SXM4 80GB datasheet: 19.5 TFLOPS fp32, 312 bf16/fp16 dense, "
            "NVLink 3 600 GB/s (300 per direction); DGX A100: 8 x 200 Gb/s HDR; 2,039 GB/s "
-           "HBM2e", memory_gbps=2039.0),
+           "HBM2e; 156 TF32 dense", memory_gbps=2039.0, peak_tf32_tflops=156.0),
     Device("h100", "gpu", 67.0, 989.0, 989.0, 80.0, 8, 450.0, 50.0, 8, INPUT_PER_HOST,
            "NVIDIA H100 SXM5 datasheet: 67 TFLOPS fp32, 989 bf16/fp16 dense, 80 GB HBM3, "
            "NVLink 4 900 GB/s (450 per direction); DGX H100: 8 x 400 Gb/s NDR; HBM3 at "
-           "3.35 TB/s",
-           memory_gbps=3350.0),
+           "3.35 TB/s; 989 TF32 with sparsity, 494.5 dense",
+           memory_gbps=3350.0, peak_tf32_tflops=494.5),
     Device("h200", "gpu", 67.0, 989.0, 989.0, 141.0, 8, 450.0, 50.0, 8, INPUT_PER_HOST,
            "NVIDIA H200 SXM datasheet: the H100's compute (67 TFLOPS fp32, 989 bf16/fp16 "
-           "dense), 141 GB HBM3e at 4.8 TB/s, NVLink 4 900 GB/s; 8 x 400 Gb/s per host",
-           memory_gbps=4800.0),
+           "dense, 494.5 TF32 dense), 141 GB HBM3e at 4.8 TB/s, NVLink 4 900 GB/s; 8 x 400 "
+           "Gb/s per host", memory_gbps=4800.0, peak_tf32_tflops=494.5),
     # fp32 matrix work on a TPU runs on the MXU in bfloat16 passes by default: the same peak.
     Device("tpu_v3", "tpu", 61.5, 61.5, 0.0, 16.0, 2048, 166.0, 166.0, 8, INPUT_PER_HOST,
            "Cloud TPU v3 docs: 123 TFLOPS bf16 and 32 GiB HBM per chip of 2 cores; pod of "
@@ -140,12 +150,20 @@ EFFICIENCY = {("gpu", "float32"): calibration.EFFICIENCY_GPU,
 # What each calibration does not cover, printed with every plan that leans on it.
 _TENSOR_CORES = ("efficiency from V100 float32: tensor cores usually reach less of their "
                  "peak, so read this time as a lower bound")
-CAVEATS = {
+_CAVEATS = {
     ("gpu", "mixed_bfloat16"): _TENSOR_CORES,
     ("gpu", "mixed_float16"): _TENSOR_CORES,
     ("tpu", "mixed_bfloat16"): "efficiency from ParaGAN's 2 images per TPU core: with more "
                                "per device, read this time as an upper bound",
 }
+
+
+def caveat(device: Device, precision: str) -> Optional[str]:
+    """What the family's fitted efficiency does not cover on `device` at `precision`
+    (float32 on a GPU with TF32 runs on tensor cores too)."""
+    if device.family == "gpu" and precision == "float32" and device.peak_tf32_tflops:
+        return _TENSOR_CORES
+    return _CAVEATS.get((device.family, precision))
 
 
 def this_cpu() -> Device:
@@ -266,7 +284,7 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
             name=name, family="gpu", peak_fp32_tflops=0.0, peak_bf16_tflops=0.0,
             peak_fp16_tflops=0.0, memory_gib=0.0, per_host=1, intra_gbps=0.0,
             inter_gbps=0.0, per_input_host=8, input_per_host=INPUT_PER_HOST,
-            source="given in gin", memory_gbps=0.0)
+            source="given in gin", memory_gbps=0.0, peak_tf32_tflops=0.0)
         unknown = set(fields) - set(base)
         if unknown:
             raise ConfigError(f"catalogue.extra[{name!r}]: unknown fields {sorted(unknown)}; "

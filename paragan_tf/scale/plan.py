@@ -233,7 +233,7 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     bottleneck = max(parts, key=parts.get)
     async_gain = step / asynchronous
     seconds = model.total_steps * step
-    caveat = (devices_lib.CAVEATS.get((device.family, precision))
+    caveat = (devices_lib.caveat(device, precision)
               if efficiency_source.startswith("fitted") else None)
     row.update(
         fits=True, accumulation=accumulation, micro_batch=micro, recompute=recompute,

@@ -39,3 +39,18 @@ def test_efficiency_by_family_and_precision_and_a_missing_one_named():
     # Peaks by precision, and what layout.precision='auto' would pick there.
     assert (v100.peak_tflops("mixed_float16"), v100.auto_precision()) == (125.0, "float32")
     assert (tpu.peak_tflops("float32"), tpu.auto_precision()) == (61.5, "mixed_bfloat16")
+
+
+def test_float32_on_a_gpu_with_tf32_runs_at_the_tf32_peak_and_says_so():
+    """TensorFlow runs float32 convolutions and matrix products as TF32 on an A100, H100 or
+    H200 by default: a float32 plan there divides by TF32's peak, not the CUDA cores'
+    (8x lower on an A100), and carries the tensor-core caveat; a V100 has no TF32."""
+    catalogue = devices.catalogue()
+    a100, h100, v100 = (catalogue.device(n) for n in ("a100", "h100", "v100"))
+    assert (a100.peak_tflops("float32"), h100.peak_tflops("float32")) == (156.0, 494.5)
+    assert a100.peak_tflops("mixed_bfloat16") == 312.0  # the other units are unchanged
+    assert v100.peak_tflops("float32") == 15.7
+    assert devices.caveat(a100, "float32") == devices.caveat(a100, "mixed_bfloat16")
+    assert devices.caveat(v100, "float32") is None
+    mine = devices.catalogue(extra={"mygpu": dict(peak_fp32_tflops=20.0, peak_tf32_tflops=80.0)})
+    assert mine.device("mygpu").peak_tflops("float32") == 80.0

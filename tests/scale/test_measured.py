@@ -106,6 +106,16 @@ def test_the_newest_measurement_counts_and_the_tuners_entries_too(cache):
         catalogue.efficiency_of(h100, BF16)
 
 
+def test_a_float32_step_on_tensor_cores_is_held_to_the_tf32_peak(cache):
+    """A float32 step an A100 runs as TF32 at 135 TFLOP/s (over the CUDA cores' 19.5, under
+    TF32's 156) is the A100's measured efficiency at float32, as a share of TF32's peak."""
+    catalogue = devices.catalogue()
+    _record(device="a100", step=dict(STEP, precision="float32"))
+    efficiency, source = catalogue.efficiency_of(catalogue.device("a100"), "float32")
+    assert efficiency == pytest.approx(FLOPS / REPLICAS / SECONDS / 156e12)
+    assert "135 of 156 TFLOP/s" in source
+
+
 def test_this_cpu_counts_only_this_machines_own_steps(cache, monkeypatch):
     here = layout_lib.detect().signature()
     elsewhere = dict(here, cpu_model="another CPU")

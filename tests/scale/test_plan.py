@@ -364,7 +364,8 @@ def test_the_plan_binary_prints_writes_and_refuses_by_name(tmp_path):
     output = tmp_path / "plan.json"
     result = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--devices=v100x8,mygpux4",
                         "--custom_device=name=mygpu,fp32=20,bf16=200,memory=24,per_host=8,"
-                        "intra=100,inter=12.5,per_input_host=2", f"--output={output}")
+                        "intra=100,inter=12.5,per_input_host=2,tf32=40,memory_gbps=900",
+                        f"--output={output}")
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert lines[0].startswith("v100x8 float32: ") and "bound by" in lines[0]
@@ -372,6 +373,8 @@ def test_the_plan_binary_prints_writes_and_refuses_by_name(tmp_path):
     written = json.loads(output.read_text())
     assert [p["target"] for p in written["plans"]] == ["v100x8", "mygpux4"]
     assert written["devices"]["mygpu"]["source"] == "--custom_device"
+    assert written["plans"][1]["peak_tflops_per_device"] == 40.0  # float32 runs as TF32
+    assert written["devices"]["mygpu"]["memory_gbps"] == 900.0
     assert written["plans"][1]["hosts"] == 2 and written["effective_batch"] == 8
     bad = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--devices=v200x8")
     assert bad.returncode == 2 and "unknown device 'v200'" in bad.stderr
