@@ -27,6 +27,7 @@ from paragan_tf.models import biggan
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import plan as plan_lib
+from paragan_tf.scale import roofline
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import sync_trainer
 
@@ -76,10 +77,10 @@ def plan_model(precisions: Sequence[str],
                progress: Callable[[str], None] = print) -> plan_lib.Model:
     """What the scale plan needs of the parsed (unfinalised) gin config: its models built
     once per precision in `precisions` on this host (nothing trains), their memory
-    plans and FLOP counts (scale/plan.py)."""
+    plans, the costs of their step's ops and FLOP counts (scale/plan.py)."""
     settings = experiment_lib.Settings.read()  # the weights' values do not matter here
     settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model, init="N02"))
-    memory, exp = {}, None
+    memory, costs, exp = {}, {}, None
     for precision in precisions:
         progress(f"building the models at {precision}")
         # One build at a time: BigGAN-128's weights and Adam slots are ~2.5 GB a build, and
@@ -92,8 +93,11 @@ def plan_model(precisions: Sequence[str],
                 settings.layout, precision=precision)))
         progress(f"tracing the memory plan at {precision}")
         memory[precision] = memory_of(exp)
+        progress(f"costing the step's ops at {precision}")
+        costs[precision] = roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
     progress("counting the train step's FLOPs")
-    return model_of(exp, memory, settings.layout.precision)
+    return dataclasses.replace(model_of(exp, memory, settings.layout.precision),
+                               roofline=costs)
 
 
 def configured_precision() -> str:

@@ -46,7 +46,10 @@ and checks them on the other runs):
                   theoretical peak at that precision, scale/cpu_peak.py), and none
                   until a step has been measured, which the plan says
 
-Every plan row names its efficiency's source (`efficiency_source`).
+Every plan row names its efficiency's source (`efficiency_source`). Where the catalogue
+has the step model's constants for a family and precision (scale/step_model.py; in gin,
+catalogue.step_model; none fitted yet), the plan costs the step's ops with them instead
+of the family's fit, still below a gin efficiency and a measured step.
 
 Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`) or
 pass a custom device on bin/plan.py's command line.
@@ -65,6 +68,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.scale import calibration
 from paragan_tf.scale import cpu_peak
 from paragan_tf.scale import measured
+from paragan_tf.scale import step_model as step_model_lib
 
 # A host's input pipeline: images/s one core decodes (a ~430x640 JPEG) and resizes to
 # 128 px (measured: calibration.TABLE["input_images_per_core"], with its machine and
@@ -234,6 +238,10 @@ class Catalogue:
     devices: Dict[str, Device]
     efficiencies: Dict[Tuple[str, str], float]  # the families' fits
     given: Dict[Tuple[str, str], float] = dataclasses.field(default_factory=dict)  # in gin
+    # The step model's constants per (family, precision), with their source
+    # (scale/step_model.py): given in gin (catalogue.step_model); none fitted yet.
+    step_models: Dict[Tuple[str, str], Tuple[step_model_lib.Constants, str]] = dataclasses.field(
+        default_factory=dict)
 
     def device(self, name: str) -> Device:
         if name == "this_cpu":
@@ -247,17 +255,36 @@ class Catalogue:
     def efficiency(self, device: Device, precision: str) -> float:
         return self.efficiency_of(device, precision)[0]
 
-    def efficiency_of(self, device: Device, precision: str) -> Tuple[float, str]:
-        """(the fraction of `device`'s peak at `precision` a step reaches, its source):
-        a gin value, else the newest step measured on that device (scale/measured.py),
-        else the family's fit."""
+    def _given_or_measured(self, device: Device, precision: str
+                           ) -> Optional[Tuple[float, str]]:
         key = (device.family, precision)
         if key in self.given:
             return self.given[key], "given in gin (catalogue.efficiency)"
         this_machine = (layout_lib.detect().signature() if device.name == "this_cpu"
                         else None)
-        found = measured.efficiency(device.name, device.peak_tflops(precision), precision,
-                                    this_machine)
+        return measured.efficiency(device.name, device.peak_tflops(precision), precision,
+                                   this_machine)
+
+    def step_model_of(self, device: Device, precision: str
+                      ) -> Optional[Tuple[step_model_lib.Constants, str]]:
+        """The step model's (constants, source) for `device` at `precision`, where the
+        catalogue has them and neither a gin efficiency nor a step measured on that device
+        ranks above them; else None (the plan then takes efficiency_of)."""
+        found = self.step_models.get((device.family, precision))
+        if found is None or self._given_or_measured(device, precision):
+            return None
+        if not device.memory_gbps:
+            raise ConfigError(f"{device.name}: the step model at {precision} needs the "
+                              f"device's memory bandwidth; give memory_gbps "
+                              f"(catalogue.extra or --custom_device)")
+        return found
+
+    def efficiency_of(self, device: Device, precision: str) -> Tuple[float, str]:
+        """(the fraction of `device`'s peak at `precision` a step reaches, its source):
+        a gin value, else the newest step measured on that device (scale/measured.py),
+        else the family's fit."""
+        key = (device.family, precision)
+        found = self._given_or_measured(device, precision)
         if found:
             return found
         if device.name == "this_cpu":
@@ -275,9 +302,11 @@ class Catalogue:
 
 @gin.configurable("catalogue")
 def catalogue(extra: Optional[Dict[str, dict]] = None,
-              efficiency: Optional[Dict[str, float]] = None) -> Catalogue:
-    """The catalogue with gin's additions: extra rows (or fields of existing ones) and
-    efficiencies as {'family/precision': value}."""
+              efficiency: Optional[Dict[str, float]] = None,
+              step_model: Optional[Dict[str, dict]] = None) -> Catalogue:
+    """The catalogue with gin's additions: extra rows (or fields of existing ones),
+    efficiencies as {'family/precision': value} and the step model's constants as
+    {'family/precision': {'compute': .., 'bandwidth': .., 'op_seconds': ..}}."""
     rows = dict(CATALOGUE)
     for name, fields in (extra or {}).items():
         base = dataclasses.asdict(rows[name]) if name in rows else dict(
@@ -292,4 +321,13 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
         rows[name] = Device(**{**base, **fields, "name": name})
     given = {tuple(key.partition("/")[::2]): float(value)
              for key, value in (efficiency or {}).items()}
-    return Catalogue(rows, dict(EFFICIENCY), given)
+    models = {}
+    for key, fields in (step_model or {}).items():
+        try:
+            constants = step_model_lib.Constants(**fields)
+        except TypeError:
+            raise ConfigError(f"catalogue.step_model[{key!r}] = {fields}: give exactly "
+                              f"{list(step_model_lib.NAMES)}") from None
+        models[tuple(key.partition("/")[::2])] = (
+            constants, "given in gin (catalogue.step_model)")
+    return Catalogue(rows, dict(EFFICIENCY), given, models)

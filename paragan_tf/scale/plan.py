@@ -11,7 +11,11 @@ count N) the plan works out, per replica:
     compute     the step's FLOPs at that micro-batch (scale/flops.py) /
                 (device peak at the precision x the efficiency: given in gin,
                 measured on that device kind, else the family's fit:
-                scale/devices.py, scale/measured.py)
+                scale/devices.py, scale/measured.py); where the catalogue has the
+                step model's constants for the family and precision (and neither a
+                gin efficiency nor a measurement ranks above them), the step's ops
+                costed by that model instead (scale/step_model.py), the efficiency
+                then being the share of the peak that reaches
     all-reduce  every update all-reduces its network's float32 gradients once
                 (d_steps x D + G per step): ring 2(N-1)/N x bytes / bandwidth,
                 or hierarchical (a ring inside each host over its fast links,
@@ -53,6 +57,8 @@ from paragan_tf.scale import devices as devices_lib
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import modes as modes_lib
+from paragan_tf.scale import roofline as roofline_lib
+from paragan_tf.scale import step_model as step_model_lib
 
 GRADIENT_BYTES = mode_lib.GRADIENT_BYTES
 
@@ -102,6 +108,9 @@ class Model:
     d_blocks: Tuple[tuple, ...] = ()
     g_block_costs: Tuple[float, ...] = ()
     d_block_costs: Tuple[float, ...] = ()
+    # Per resolved precision, the step's ops with their FLOPs and bytes (scale/roofline.py):
+    # what the step model costs where the catalogue has its constants.
+    roofline: Dict[str, roofline_lib.StepCost] = dataclasses.field(default_factory=dict)
 
 
 def detected_line(model: Model, accelerator: str, replicas: int) -> str:
@@ -189,7 +198,10 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
                           f"batch_size x train.accumulation) does not split over {count} "
                           f"devices")
     examples = model.effective_batch // count
-    efficiency, efficiency_source = catalogue.efficiency_of(device, precision)
+    constants = (catalogue.step_model_of(device, precision) if precision in model.roofline
+                 else None)
+    efficiency, efficiency_source = ((None, f"step model {constants[1]}") if constants else
+                                     catalogue.efficiency_of(device, precision))
     memory = model.memory[precision]
     budget = int(device.memory_gib * memory_lib.GIB)
     fitted = memory.fit(examples, budget)
@@ -213,7 +225,13 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
         return row
     accumulation, micro, recompute = fitted
     step_flops = model.flops.at(micro).train_step(model.d_steps, accumulation)
-    compute = step_flops / (peak * 1e12 * efficiency)
+    if constants:  # the step's ops on this device (scale/step_model.py)
+        compute = step_model_lib.seconds(constants[0], step_model_lib.Point(
+            target, model.roofline[precision], micro, accumulation, model.d_steps,
+            peak * 1e12, device.memory_gbps * 1e9, 0.0))
+        efficiency = step_flops / (peak * 1e12 * compute)  # the share of the peak it reaches
+    else:
+        compute = step_flops / (peak * 1e12 * efficiency)
     if recompute:  # rematerialised blocks run their forward twice
         compute *= 4 / 3
     gradient_bytes = GRADIENT_BYTES * (model.d_steps * model.d_params + model.g_params)
@@ -247,7 +265,8 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
         input_images_per_sec=real_images / step,
         weak_scaling_efficiency=compute * mean_wait / step,
         async_gain=async_gain, total_steps=model.total_steps,
-        wall_clock_hours=seconds / 3600, device_hours=seconds * count / 3600,
+        efficiency=efficiency, wall_clock_hours=seconds / 3600,
+        device_hours=seconds * count / 3600,
         bottleneck=bottleneck,
         advice=_advice(bottleneck, device, precision, recompute, accumulation, async_gain)
         + split_advice + ([f"caveat: {caveat}"] if caveat else []))

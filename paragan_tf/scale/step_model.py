@@ -19,7 +19,8 @@ synchronisation). `fit` finds them from measured steps: the reference network's 
 the published runs. A sweep of batches of one network scales both bounds alike: it pins
 `op_seconds`, and `compute` and `bandwidth` only as a pair that predicts alike (tests/scale/
 test_step_model.py), which several resolutions or a fixed constant (`fit(fixed=...)`)
-separate. The scale plan does not use this model yet (docs/scale.md).
+separate. The scale plan costs a step with it wherever the catalogue has its constants
+(scale/devices.py: given in gin, none fitted yet; docs/scale.md).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import math
 from typing import Dict, Optional, Sequence
 
 import numpy as np
-from scipy import optimize
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import roofline
@@ -117,6 +117,7 @@ def fit(points: Sequence[Point], fixed: Optional[Dict[str, float]] = None) -> Co
         c = constants(x)
         return [math.log(seconds(c, p) / p.seconds) for p in measured]
 
+    from scipy import optimize  # pylint: disable=import-outside-toplevel  (plans never fit)
     found = optimize.least_squares(residuals, [start[n] for n in free],
                                    bounds=([lower[n] for n in free], [upper[n] for n in free]),
                                    x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12)

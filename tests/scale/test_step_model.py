@@ -1,5 +1,5 @@
 """The step model (scale/step_model.py): a roofline at fitted fractions of the peaks plus a
-cost per op, fitted to measured steps."""
+cost per op, fitted to measured steps, and the plan costing a step with it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.scale import built
 from paragan_tf.scale import devices as devices_lib
+from paragan_tf.scale import plan as plan_lib
 from paragan_tf.scale import roofline
 from paragan_tf.scale import step_model
 from paragan_tf.train import experiment
@@ -122,3 +124,51 @@ def test_the_fit_probe_fits_the_points_it_is_told_and_checks_the_rest(cost, tmp_
     # One bfloat16 point, matched by no --fit: listed, traced at bfloat16, not modelled.
     assert "0 measured points cannot fit 3 constants" in result["not_fitted"]["bfloat16"]
     assert result["rows"][0]["modelled_seconds"] is None
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    parse_tiny()
+    return built.plan_model(["float32"], progress=lambda _: None)
+
+
+def test_the_plan_costs_the_step_with_the_model_where_the_catalogue_has_its_constants(
+        tiny_model, tmp_path, monkeypatch):
+    """Given constants for gpu/float32, the plan's compute is the step model's seconds for
+    the micro-batch it chose, and its efficiency the share of the peak that reaches; a gin
+    efficiency or a step measured on the device still ranks above the model."""
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "layouts.json"))
+    given = dict(compute=0.5, bandwidth=0.8, op_seconds=2e-5)
+    catalogue = devices_lib.catalogue(step_model={"gpu/float32": given})
+    h100 = catalogue.device("h100")
+    row = plan_lib.plan_target(tiny_model, h100, 1, catalogue, plan_lib.Assumptions())
+    assert row["efficiency_source"] == "step model given in gin (catalogue.step_model)"
+    point = step_model.Point("h100x1", tiny_model.roofline["float32"], row["micro_batch"],
+                             row["accumulation"], tiny_model.d_steps, 494.5e12, 3350e9, 0.0)
+    assert row["seconds"]["compute"] == pytest.approx(
+        step_model.seconds(step_model.Constants(**given), point))
+    assert row["efficiency"] == pytest.approx(
+        row["train_step_tflop_per_device"] / 494.5 / row["seconds"]["compute"])
+    assert "(step model given in gin)" in plan_lib.describe(row)
+    # Without the constants, the family's fit; a given efficiency outranks the model.
+    fitted = plan_lib.plan_target(tiny_model, h100, 1, devices_lib.catalogue(),
+                                  plan_lib.Assumptions())
+    assert fitted["efficiency_source"].startswith("fitted to 8 NVIDIA V100")
+    assert fitted["seconds"]["compute"] != pytest.approx(row["seconds"]["compute"])
+    both = devices_lib.catalogue(step_model={"gpu/float32": given},
+                                 efficiency={"gpu/float32": 0.3})
+    assert plan_lib.plan_target(tiny_model, h100, 1, both, plan_lib.Assumptions())[
+        "efficiency"] == 0.3
+
+
+def test_step_model_constants_and_a_device_without_bandwidth_are_refused_by_name(tiny_model):
+    with pytest.raises(ConfigError, match=r"catalogue.step_model\['gpu/float32'\].*give "
+                                          r"exactly \['compute', 'bandwidth', 'op_seconds'\]"):
+        devices_lib.catalogue(step_model={"gpu/float32": dict(compute=0.5)})
+    catalogue = devices_lib.catalogue(
+        extra={"mygpu": dict(peak_fp32_tflops=20.0, memory_gib=24.0)},
+        step_model={"gpu/float32": dict(compute=0.5, bandwidth=0.5, op_seconds=0.0)})
+    with pytest.raises(ConfigError, match="mygpu: the step model at float32 needs the "
+                                          "device's memory bandwidth"):
+        plan_lib.plan_target(tiny_model, catalogue.device("mygpu"), 1, catalogue,
+                             plan_lib.Assumptions())
