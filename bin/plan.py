@@ -112,12 +112,16 @@ def _calibrate(progress) -> None:
     key, unwritten = measured.record(
         device.name, hardware.signature(), step["step"], step["train_step_flops"],
         step["replicas"], step["seconds_per_step"],
-        origin=f"bin/plan.py --calibrate, {step['data']}", tensorflow=_tf_version())
+        origin=f"bin/plan.py --calibrate, {step['data']}", tensorflow=_tf_version(),
+        train_step_bytes=step["train_step_bytes"])
     peak = device.peak_tflops(step["precision"])
-    achieved = measured.tflops_per_device(step)
+    achieved, traffic = measured.tflops_per_device(step), measured.gbps_per_device(step)
     progress(f"calibrated {device.name} at {step['precision']}: {step['seconds_per_step']:.4g} "
              f"s/step, {achieved:.3g} TFLOP/s per device"
              + (f" ({achieved / peak:.1%} of its {peak:g} peak)" if peak else "")
+             + f", {traffic:.3g} GB/s of memory traffic"
+             + (f" ({traffic / device.memory_gbps:.1%} of its {device.memory_gbps:g})"
+                if device.memory_gbps else "")
              + (f"; not recorded ({unwritten})" if unwritten else
                 f"; recorded in the layout cache (key {key})"))
 

@@ -135,8 +135,9 @@ def measure_step(gin_files: Sequence[str], bindings: Sequence[str], steps: int,
                  progress: Callable[[str], None] = print) -> dict:
     """The median seconds of `steps` train steps (after 2 warm-up steps: tracing, XLA) of
     the gin config built as bin/train.py builds it here (its strategy; stand-in pixels of
-    the same shape when its data is not on this machine), with the FLOPs of the step over
-    all its replicas (scale/flops.py): what scale/measured.py records. The layout is the
+    the same shape when its data is not on this machine), with the FLOPs and the bytes
+    moved (scale/roofline.py) of the step over all its replicas (scale/flops.py): what
+    scale/measured.py records. The layout is the
     rules' (layout/rules.py: on a GPU or TPU, XLA and the auto precision): a process that
     has loaded TensorFlow cannot take a tuned layout's oneDNN and thread settings."""
     if steps < 1:
@@ -157,10 +158,13 @@ def measure_step(gin_files: Sequence[str], bindings: Sequence[str], steps: int,
         progress(f"calibrating: step {i + 1}/{2 + steps} {times[-1]:.3f} s"
                  + (" (warm-up)" if i < 2 else ""))
     trainer.close()
-    precision = exp.layout.precision
+    precision, cfg = exp.layout.precision, exp.settings.train
+    replicas = exp.strategy.num_replicas_in_sync
+    moved = roofline.step_cost(exp.generator, exp.discriminator, exp.objective).totals(
+        cfg.batch_size // replicas, cfg.d_steps, cfg.accumulation)["bytes"]
     return dict(hardware=exp.layout.hardware, precision=precision, data=data,
                 step=layout_tuning.step_shape(exp.settings, precision),
                 train_step_flops=flops_lib.train_step_flops(exp),
-                replicas=exp.strategy.num_replicas_in_sync,
+                train_step_bytes=moved * replicas, replicas=replicas,
                 seconds_per_step=statistics.median(times[2:]),
                 step_seconds=times[2:])

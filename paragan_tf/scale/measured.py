@@ -18,8 +18,9 @@ The plan of a catalogue device at a precision reads the newest such entry for th
 and precision (for this_cpu, one measured on this very machine's hardware): its achieved
 FLOP/s per device (the step's FLOPs, scale/flops.py, over its replicas and its measured
 seconds) over the device's peak is the efficiency, and the plan says where it came from.
-A gin value (catalogue.efficiency) still overrides it. Only FLOP/s are recorded: the
-plan has no bytes-moved model yet to give a measured bandwidth a use.
+A gin value (catalogue.efficiency) still overrides it. --calibrate also records the bytes
+its step's ops move (scale/roofline.py), so each entry says the memory traffic per second
+it reached beside its FLOP/s: how near the device's bandwidth a step runs.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ KIND = "step_rate"
 
 def record(device: str, hardware: Dict[str, object], step: Dict[str, object],
            train_step_flops: float, replicas: int, seconds_per_step: float, origin: str,
-           tensorflow: str) -> Tuple[str, Optional[str]]:
-    """Stores one measured step of `device` (a catalogue name): the FLOPs of all the
-    step's `replicas` (one per device) and its seconds; (its key, None when written or
-    else why not: the cache never stops a run)."""
+           tensorflow: str, train_step_bytes: float = 0.0) -> Tuple[str, Optional[str]]:
+    """Stores one measured step of `device` (a catalogue name): the FLOPs (and bytes
+    moved, when counted) of all the step's `replicas` (one per device) and its seconds;
+    (its key, None when written or else why not: the cache never stops a run)."""
     if train_step_flops <= 0 or seconds_per_step <= 0:
         raise ValueError(f"a measured step needs positive FLOPs and seconds, not "
                          f"{train_step_flops} and {seconds_per_step}")
@@ -48,7 +49,8 @@ def record(device: str, hardware: Dict[str, object], step: Dict[str, object],
                  tensorflow=tensorflow, step=step)
     key = KIND + "-" + hashlib.sha256(
         json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    entry = dict(facts, train_step_flops=float(train_step_flops), replicas=int(replicas),
+    entry = dict(facts, train_step_flops=float(train_step_flops),
+                 train_step_bytes=float(train_step_bytes), replicas=int(replicas),
                  seconds_per_step=float(seconds_per_step), origin=origin,
                  date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
     return key, layout_cache.write(key, entry)
@@ -58,6 +60,13 @@ def tflops_per_device(step: dict) -> float:
     """A measured step's TFLOP/s per device: its FLOPs are all its replicas'."""
     return (step["train_step_flops"] / (step.get("replicas") or 1)
             / step["seconds_per_step"] / 1e12)
+
+
+def gbps_per_device(step: dict) -> float:
+    """A measured step's GB/s of memory traffic per device (0 where its bytes were not
+    counted: the layout tuner's entries)."""
+    return ((step.get("train_step_bytes") or 0.0) / (step.get("replicas") or 1)
+            / step["seconds_per_step"] / 1e9)
 
 
 def _counts(entry: dict, device: str, precision: str,
@@ -104,7 +113,9 @@ def efficiency(device: str, peak_tflops: float, precision: str,
                           f"correct the device's row (catalogue.extra) or remove the entry")
     step = newest["step"]
     origin = newest.get("origin") or "the layout tuner"
+    traffic = gbps_per_device(newest)
     return achieved / peak_tflops, (
         f"measured on {device} {newest.get('date', '(undated)')}: {achieved:.3g} of "
-        f"{peak_tflops:.3g} TFLOP/s on a {step.get('resolution')} px step of batch "
-        f"{step.get('batch_size')} ({origin}; {layout_cache.path()})")
+        f"{peak_tflops:.3g} TFLOP/s" + (f" and {traffic:.3g} GB/s moved" if traffic else "")
+        + f" on a {step.get('resolution')} px step of batch {step.get('batch_size')} "
+        f"({origin}; {layout_cache.path()})")

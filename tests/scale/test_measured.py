@@ -145,13 +145,18 @@ def test_plan_calibrate_times_this_cpu_records_it_and_plans_with_it(cache):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "calibrating: step 4/4" in result.stderr
     assert "calibrated this_cpu at float32: " in result.stderr
+    assert " GB/s of memory traffic" in result.stderr
     (entry,) = json.loads(cache.read_text()).values()
     assert (entry["kind"], entry["device"], entry["replicas"]) == ("step_rate", "this_cpu", 1)
     assert entry["seconds_per_step"] > 0 and entry["train_step_flops"] > 0
+    # The bytes its ops move: gin/tiny.gin's step (batch 8, 2 D steps) at ~5 FLOP a byte.
+    assert 1 < entry["train_step_flops"] / entry["train_step_bytes"] < 20
     assert entry["step"]["resolution"] == 32 and entry["origin"].startswith(
         "bin/plan.py --calibrate")
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("this_cpux1")]
     assert "(measured on this_cpu " in line
+    source = devices.catalogue().efficiency_of(devices.this_cpu(), "float32")[1]
+    assert " TFLOP/s and " in source and " GB/s moved on a 32 px step" in source
 
 
 def test_calibrate_refuses_a_strategy_of_several_processes_and_a_wrong_device():
