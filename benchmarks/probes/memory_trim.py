@@ -18,7 +18,8 @@ import gc
 import pytest
 
 
-def _rss_mib() -> int:
+def rss_mib() -> int:
+    """This process's resident memory, MiB (also benchmarks/probes/worker_memory.py's)."""
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
@@ -29,12 +30,12 @@ def _rss_mib() -> int:
 @pytest.fixture(autouse=True, scope="module")
 def _trim(request):
     yield
-    before = _rss_mib()
+    before = rss_mib()
     gc.collect()
     import tf_keras  # pylint: disable=import-outside-toplevel
     tf_keras.backend.clear_session()
     gc.collect()
-    collected = _rss_mib()
+    collected = rss_mib()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     print(f"\nMEM {request.module.__name__}: {before} MiB -> gc and clear_session {collected} "
-          f"-> malloc_trim {_rss_mib()}", flush=True)
+          f"-> malloc_trim {rss_mib()}", flush=True)

@@ -19,13 +19,7 @@ import gc
 
 import pytest
 
-
-def _rss_mib() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) // 1024
-    return -1
+from benchmarks.probes.memory_trim import rss_mib
 
 
 @pytest.fixture(autouse=True)
@@ -37,7 +31,7 @@ def _kept(request):
 
     from paragan_tf import teardown  # pylint: disable=import-outside-toplevel
     gc.collect()
-    before, parked = _rss_mib(), len(teardown.PARKED)
+    before, parked = rss_mib(), len(teardown.PARKED)
     del teardown.PARKED[:]  # destroyed now: this probe accepts tf.data's teardown wait
     gc.collect()
     tf_keras.backend.clear_session()
@@ -45,6 +39,6 @@ def _kept(request):
     gc.collect()
     ctypes.CDLL("libc.so.6").malloc_trim(0)
     functions = sum(type(o).__name__ == "AtomicFunction" for o in gc.get_objects())
-    print(f"\nKEPT {request.node.name}: {before} MiB -> {_rss_mib()} MiB after freeing "
+    print(f"\nKEPT {request.node.name}: {before} MiB -> {rss_mib()} MiB after freeing "
           f"{parked} parked objects; {functions} traced functions live, "
           f"{len(context.context().list_function_names())} registered", flush=True)
