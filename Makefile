@@ -45,8 +45,8 @@ train: setup
 # was faster while the suite was smaller (17-19 min against 21 with two): three ran a 24 GiB
 # machine out of memory on 2026-11-29.
 # A worker keeps ~0.2-0.5 GB of every in-process training test until it ends (TensorFlow's
-# own, not Python objects: benchmarks/probes/worker_memory.py), 9-14.5 GB each by the end of
-# one session. So the whole suite runs as two sessions, each with fresh workers: FIRST_HALF
+# own, not Python objects: benchmarks/probes/worker_memory.py): 9-14.5 GB each by the end
+# when the suite ran as one session. So it runs as two, each with fresh workers: FIRST_HALF
 # (tests/train holds most of that growth), then every other directory. Both always run; the
 # target fails if either does. With PYTEST_ARGS, one session runs what they select.
 # PARAGAN_TF_TEST_COSTS=FILE records where each test's time and memory go

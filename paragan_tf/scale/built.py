@@ -135,11 +135,11 @@ def measure_step(gin_files: Sequence[str], bindings: Sequence[str], steps: int,
                  progress: Callable[[str], None] = print) -> dict:
     """The median seconds of `steps` train steps (after 2 warm-up steps: tracing, XLA) of
     the gin config built as bin/train.py builds it here (its strategy; stand-in pixels of
-    the same shape when its data is not on this machine), with the FLOPs and the bytes
-    moved (scale/roofline.py) of the step over all its replicas (scale/flops.py): what
-    scale/measured.py records. The layout is the
-    rules' (layout/rules.py: on a GPU or TPU, XLA and the auto precision): a process that
-    has loaded TensorFlow cannot take a tuned layout's oneDNN and thread settings."""
+    the same shape when its data is not on this machine), with the FLOPs (scale/flops.py)
+    and the bytes moved (scale/roofline.py) of the step over all its replicas: what
+    scale/measured.py records. The layout is the rules' (layout/rules.py: on a GPU or TPU,
+    XLA and the auto precision): a process that has loaded TensorFlow cannot take a tuned
+    layout's oneDNN and thread settings."""
     if steps < 1:
         raise ConfigError(f"--calibrate_steps={steps}: time at least 1 step")
     experiment_lib.parse(gin_files, bindings)
