@@ -1,10 +1,9 @@
 """The test suite's time, by file and by test, from one `make test` run.
 
-    PARAGAN_TF_TEST_COSTS=/tmp/costs.jsonl make test \
-        PYTEST_ARGS='--junitxml=/tmp/junit.xml'
-    python benchmarks/probes/test_durations.py --junit=/tmp/junit.xml \
-        --costs=/tmp/costs.jsonl [--top=25] [--json=summary.json] \
-        [--before_costs=/tmp/costs_before.jsonl] [--before_junit=/tmp/junit_before.xml]
+    PARAGAN_TF_TEST_COSTS=/tmp/costs.jsonl make test
+    python benchmarks/probes/test_durations.py --costs=/tmp/costs.jsonl [--top=25] \
+        [--json=summary.json] [--before_costs=/tmp/costs_before.jsonl] \
+        [--junit=/tmp/junit.xml] [--before_junit=/tmp/junit_before.xml]
 
 --junit is pytest's own report (each test's set-up, call and tear-down seconds); --costs,
 optional, is what tests/helpers/costs.py recorded of the same run: CPU seconds in the test's
@@ -109,7 +108,8 @@ def import_cpu() -> float:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--junit", required=True)
+    parser.add_argument("--junit", help="pytest's report; without it, the walls --costs "
+                        "recorded (all `make test` runs: its two sessions cannot share one)")
     parser.add_argument("--costs")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--import_cpu", type=float)
@@ -119,9 +119,12 @@ def main(argv=None) -> int:
                         "wall before and after, over the tests both hold")
     parser.add_argument("--json", help="also write the whole summary here")
     args = parser.parse_args(argv)
-    tests = read_junit(args.junit)
-    files = by_file(tests)
+    if not (args.junit or args.costs):
+        parser.error("give --junit, --costs or both")
     costs = read_costs(args.costs) if args.costs else {}
+    tests = (read_junit(args.junit) if args.junit else
+             {name: line["wall"] for name, line in costs.items()})
+    files = by_file(tests)
     total = sum(tests.values())
     print(f"{len(tests)} tests in {len(files)} files, {total:.0f} s of test time in all")
     print(f"\nthe {args.top} slowest files (seconds):")
