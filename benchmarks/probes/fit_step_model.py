@@ -8,7 +8,8 @@ scale plan's GPU numbers are to rest on.
 
 --measured is benchmarks/probes/reference_step.py's JSON (the reference network's steps
 on a GPU, in PyTorch). For every resolution and precision in it this builds our network
-from --gin_file at that resolution (nothing trains; the weights' values do not matter)
+from the config of that size (CONFIGS; or --gin_file at that resolution: nothing trains,
+the weights' values do not matter)
 and costs its traced step op by op (scale/roofline.py) at each point's batch,
 accumulations and D steps. The points matching a --fit pattern (resolution:batch:
 accumulations:D steps:precision, `*` for any) are fitted, per precision, with --fix'd
@@ -42,6 +43,9 @@ from paragan_tf.scale import step_model  # noqa: E402  pylint: disable=wrong-imp
 from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-import-position
 
 PRECISIONS = {"bfloat16": "mixed_bfloat16", "float32": "float32"}
+# The reference's network at each size it is timed at (docs/scale.md's table of configs).
+CONFIGS = {64: "gin/biggan_imagenet64.gin", 128: "gin/biggan_imagenet128.gin",
+           256: "gin/biggan_256.gin"}
 
 
 def _spec(row: dict) -> str:
@@ -50,8 +54,13 @@ def _spec(row: dict) -> str:
 
 
 def _cost(gin_files, bindings, resolution: int, precision: str) -> roofline.StepCost:
-    experiment.parse(gin_files, bindings + [f"dataset.resolution = {resolution}",
-                                            f"layout.precision = '{precision}'"],
+    if gin_files:
+        bindings = bindings + [f"dataset.resolution = {resolution}"]
+    elif resolution in CONFIGS:
+        gin_files = [CONFIGS[resolution]]
+    else:
+        raise SystemExit(f"no config of {resolution} px: give --gin_file")
+    experiment.parse(gin_files, bindings + [f"layout.precision = '{precision}'"],
                      finalize=False)
     settings = experiment.Settings.read()
     settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model,
@@ -99,7 +108,6 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default=None, help="the catalogue row measured")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
-    gin_files = args.gin_file or ["gin/biggan_imagenet128.gin"]
     fixed = {k: float(v) for k, _, v in (f.partition("=") for f in args.fix)}
     catalogue = devices.catalogue()
     rows = []
@@ -114,7 +122,7 @@ def main(argv=None) -> int:
         key = (row["resolution"], row["precision"])
         if key not in costs:
             print(f"tracing our step at {key[0]} px, {key[1]}", flush=True)
-            costs[key] = _cost(gin_files, args.gin_bindings, key[0], PRECISIONS[key[1]])
+            costs[key] = _cost(args.gin_file, args.gin_bindings, key[0], PRECISIONS[key[1]])
         device = catalogue.device(row["device"])
         peak = device.peak_tflops(PRECISIONS[row["precision"]])
         points.append(step_model.Point(
