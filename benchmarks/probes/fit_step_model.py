@@ -34,9 +34,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
 
-import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
-
 from paragan_tf import errors  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import devices  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import roofline  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import step_model  # noqa: E402  pylint: disable=wrong-import-position
@@ -62,12 +61,7 @@ def _cost(gin_files, bindings, resolution: int, precision: str) -> roofline.Step
         raise SystemExit(f"no config of {resolution} px: give --gin_file")
     experiment.parse(gin_files, bindings + [f"layout.precision = '{precision}'"],
                      finalize=False)
-    settings = experiment.Settings.read()
-    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model,
-                                                                       init="N02"))
-    exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
-                           check_data=False, settings=settings)
-    return roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+    return built.step_cost()
 
 
 def _device_name(text: str, catalogue: devices.Catalogue) -> str:

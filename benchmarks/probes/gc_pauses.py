@@ -2,12 +2,11 @@
 line to $GC_PAUSES for every collection longer than a second, with the test it ran in and
 its generation. A long one is either a full collection walking everything the worker keeps
 (1-5 s each; 47 over 1 s, 103 s in all, at b0c38e1 on 2026-11-30) or garbage whose
-destructor blocks: a distributed tf.data iterator nobody parked (paragan_tf/teardown.py;
-82 s once, after
-tests/eval/test_inception.py's evaluator, which now parks them). Freezing what survives each
-test out of the collector (gc.freeze) ended the walks but kept garbage too: one worker held
-15.6 GB at 43 % of the suite, more than either worker at the end of a run without it
-(13.4 and 9.8 GB, 2026-11-29: PARAGAN_TF_TEST_COSTS), so the suite does not freeze.
+destructor blocks: a distributed tf.data iterator nobody parked (paragan_tf/teardown.py; 82 s
+once, after tests/eval/test_inception.py's evaluator, which now parks them). Freezing what
+survives each test out of the collector (gc.freeze) ended the walks but kept garbage too: one
+worker held 15.6 GB at 43 % of the suite, more than either worker at the end of a run without
+it (13.4 and 9.8 GB, 2026-11-29: PARAGAN_TF_TEST_COSTS), so the suite does not freeze.
 
     GC_PAUSES=/tmp/gc.jsonl PYTHONPATH=. .venv/bin/python -m pytest -n 2 --dist loadfile \
         --no-loadscope-reorder -p benchmarks.probes.gc_pauses

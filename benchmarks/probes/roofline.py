@@ -19,7 +19,6 @@ graph's ops, unfused, at datasheet peaks.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -27,10 +26,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
 
-import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
-
+from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import devices  # noqa: E402  pylint: disable=wrong-import-position
-from paragan_tf.scale import roofline  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -50,12 +47,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     experiment.parse(args.gin_file, args.gin_bindings + [
         f"layout.precision = '{args.precision}'"], finalize=False)
-    settings = experiment.Settings.read()
-    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model,
-                                                                       init="N02"))
-    exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
-                           check_data=False, settings=settings)
-    cost = roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+    cost = built.step_cost()
     catalogue = devices.catalogue()
     rows = []
     for batch in args.batch:

@@ -29,10 +29,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
 
 import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
-import tensorflow as tf  # noqa: E402  pylint: disable=wrong-import-position
 
 from benchmarks import machine  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import step as step_bench  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import cpu_peak  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import roofline  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import step_model  # noqa: E402  pylint: disable=wrong-import-position
@@ -55,9 +55,7 @@ def copy_bandwidth(mib: int = 512, repeats: int = 5) -> float:
 
 def step_cost(gin_file: str, bindings) -> roofline.StepCost:
     experiment.parse([gin_file, "gin/layouts/fp32.gin"], bindings, finalize=False)
-    exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
-                           check_data=False)
-    return roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+    return built.step_cost()
 
 
 def main(argv=None) -> int:

@@ -73,13 +73,31 @@ def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = No
     return report
 
 
+def _planned_settings() -> experiment_lib.Settings:
+    """The parsed gin config's settings with the cheapest initialiser: a plan reads the
+    models' shapes, never their weights' values."""
+    settings = experiment_lib.Settings.read()
+    return dataclasses.replace(settings, model=dataclasses.replace(settings.model, init="N02"))
+
+
+def _built_here(settings: experiment_lib.Settings) -> experiment_lib.Experiment:
+    return experiment_lib.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
+                                check_data=False, settings=settings)
+
+
+def step_cost() -> roofline.StepCost:
+    """The roofline of the parsed (unfinalised) gin config's train step (scale/roofline.py):
+    its models built on this host, both updates traced, nothing run."""
+    exp = _built_here(_planned_settings())
+    return roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+
+
 def plan_model(precisions: Sequence[str],
                progress: Callable[[str], None] = print) -> plan_lib.Model:
     """What the scale plan needs of the parsed (unfinalised) gin config: its models built
     once per precision in `precisions` on this host (nothing trains), their memory
     plans, the costs of their step's ops and FLOP counts (scale/plan.py)."""
-    settings = experiment_lib.Settings.read()  # the weights' values do not matter here
-    settings = dataclasses.replace(settings, model=dataclasses.replace(settings.model, init="N02"))
+    settings = _planned_settings()
     memory, costs, exp = {}, {}, None
     for precision in precisions:
         progress(f"building the models at {precision}")
@@ -87,10 +105,8 @@ def plan_model(precisions: Sequence[str],
         # Keras models hold reference cycles that only the collector frees.
         exp = None
         gc.collect()
-        exp = experiment_lib.build(
-            strategy=tf.distribute.OneDeviceStrategy("/cpu:0"), check_data=False,
-            settings=dataclasses.replace(settings, layout=dataclasses.replace(
-                settings.layout, precision=precision)))
+        exp = _built_here(dataclasses.replace(settings, layout=dataclasses.replace(
+            settings.layout, precision=precision)))
         progress(f"tracing the memory plan at {precision}")
         memory[precision] = memory_of(exp)
         progress(f"costing the step's ops at {precision}")
