@@ -19,8 +19,8 @@ synchronisation). `fit` finds them from measured steps: the reference network's 
 ours on this CPU (benchmarks/probes/step_model_here.py). A sweep of batches of one network
 scales both bounds alike: it pins `op_seconds`, and `compute` and `bandwidth` only as a pair
 that predicts alike (tests/scale/test_step_model.py), which several resolutions or a fixed
-constant (`fit(fixed=...)`) separate. The scale plan costs a step with it wherever the catalogue has its constants
-(scale/devices.py: given in gin, none fitted yet; docs/scale.md).
+constant (`fit(fixed=...)`) separate. The scale plan costs a step with it wherever the
+catalogue has its constants (scale/devices.py: given in gin, none fitted yet; docs/scale.md).
 """
 
 from __future__ import annotations
