@@ -11,7 +11,8 @@ peaks with their sources in scale/devices.py's catalogue) and settings chosen by
 
 To re-measure on your machine, run an entry's `command` and override the value where the
 product lets you (docs/benchmarks.md, "Calibration"): the efficiencies with
-`catalogue.efficiency = {'gpu/float32': ...}`, the input rate with a device's
+`catalogue.efficiency = {'gpu/float32': ...}`, the step model's constants with
+`catalogue.step_model = {'gpu/mixed_bfloat16': {...}}`, the input rate with a device's
 `input_per_host` (catalogue.extra); the runtime factor has no gin switch: edit it here,
 with the new machine, date and command.
 """
@@ -73,9 +74,24 @@ TABLE: Dict[str, Constant] = {
         "14 hours on 1,024 TPU v3 cores, read as 150k iterations of 2,048 images (0.336 "
         "s/iteration; the paper states neither); again with .venv/bin/python -m pytest -s "
         "tests/scale/test_plan.py -k calibration_points"),
+    "step_model_gpu_compute": Constant(
+        0.244,
+        "fraction of a GPU's tensor-core peak the matrix ops of a BigGAN step reach in the "
+        "step model (scale/step_model.py), fitted to one step with the bandwidth fraction "
+        "held at 0.8 and the cost per op at 5 us (scale/devices.py says why): used for "
+        "every GPU at mixed_bfloat16, mixed_float16 and TF32 float32",
+        "1 NVIDIA H200, the reference network (BigGAN-PyTorch 98459431) in PyTorch 2.11, "
+        "CUDA 13, 128 px, 256 images x 8 accumulations, 1 D step, bfloat16 autocast: "
+        "5.21 s per iteration (reported to the project, not measured by us: "
+        "benchmarks/results/reference_step_h200_reported.json)",
+        "2026-11-30 (fitted)",
+        ".venv/bin/python benchmarks/probes/fit_step_model.py "
+        "--measured=benchmarks/results/reference_step_h200_reported.json --fit='*' "
+        "--fix=bandwidth=0.8 --fix=op_seconds=5e-6"),
 }
 
 INPUT_IMAGES_PER_CORE = TABLE["input_images_per_core"].value
 RUNTIME_FACTOR = TABLE["runtime_factor"].value
 EFFICIENCY_GPU = TABLE["efficiency_gpu_float32"].value
 EFFICIENCY_TPU = TABLE["efficiency_tpu_bfloat16"].value
+STEP_MODEL_GPU_COMPUTE = TABLE["step_model_gpu_compute"].value

@@ -37,9 +37,10 @@ and checks them on the other runs):
 
   gpu, float32    BigGAN-PyTorch ImageNet-128 on 8 V100 (fp32, 2,048 images/step,
                   one D step): ~15 days to 150k iterations, 8.64 s/iteration
-  gpu, half       no published BigGAN run to calibrate on: the float32 value is
-                  used, which flatters tensor cores (they reach a smaller fraction
-                  of their much higher peak); plans say so
+  gpu, half       the float32 value, which flatters tensor cores (they reach a
+                  smaller fraction of their much higher peak): plans say so; but
+                  the step model below ranks above it, on every GPU precision that
+                  runs on tensor cores
   tpu, bfloat16   ParaGAN: BigGAN-128 on 1,024 TPU v3 cores in 14 hours, read as
                   the BigGAN-PyTorch schedule (150k iterations of 2,048 images)
   cpu             no fit: this machine's own measurement (its FLOP/s over its
@@ -47,9 +48,11 @@ and checks them on the other runs):
                   until a step has been measured, which the plan says
 
 Every plan row names its efficiency's source (`efficiency_source`). Where the catalogue
-has the step model's constants for a family and precision (scale/step_model.py; in gin,
-catalogue.step_model; none fitted yet), the plan costs the step's ops with them instead
-of the family's fit, still below a gin efficiency and a measured step.
+has the step model's constants for a family and precision (scale/step_model.py), the plan
+costs the step's ops with them instead of the family's fit, still below a gin efficiency
+and a measured step: given in gin (catalogue.step_model), else fitted (STEP_MODELS: GPU
+tensor cores, i.e. mixed_bfloat16, mixed_float16 and float32 where there is TF32; a V100's
+float32 keeps the family's fit, which was made there).
 
 Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`) or
 pass a custom device on bin/plan.py's command line.
@@ -151,6 +154,25 @@ EFFICIENCY = {("gpu", "float32"): calibration.EFFICIENCY_GPU,
               ("tpu", "float32"): calibration.EFFICIENCY_TPU}
 
 
+# The step model on a GPU's tensor cores (scale/step_model.py). One step of the reference
+# network has been timed on a GPU (calibration.TABLE["step_model_gpu_compute"]): one point
+# fits one constant, `compute`. The other two are held at our reading until a sweep of
+# batches and resolutions fits all three (docs/scale.md, "The roofline"): an op streaming
+# memory reaches ~80 % of the datasheet bandwidth, and each op costs ~5 us beyond its work
+# (a kernel launch).
+GPU_BANDWIDTH_HELD = 0.8
+GPU_OP_SECONDS_HELD = 5e-6
+_TENSOR_CORE_MODEL = (
+    step_model_lib.Constants(calibration.STEP_MODEL_GPU_COMPUTE, GPU_BANDWIDTH_HELD,
+                             GPU_OP_SECONDS_HELD),
+    f"fitted to {calibration.TABLE['step_model_gpu_compute'].machine.split(',')[0]} "
+    f"(step_model_gpu_compute in scale/calibration.py)")
+STEP_MODELS = {("gpu", precision): _TENSOR_CORE_MODEL
+               for precision in ("mixed_bfloat16", "mixed_float16", "float32")}
+STEP_MODEL_CAVEAT = ("step model fitted to one step of the reference network on an H200 "
+                     "(128 px, 256 x 8, bfloat16) with its bandwidth and cost per op held: "
+                     "other batches, resolutions and GPUs are its extrapolation")
+
 # What each calibration does not cover, printed with every plan that leans on it.
 _TENSOR_CORES = ("efficiency from V100 float32: tensor cores usually reach less of their "
                  "peak, so read this time as a lower bound")
@@ -162,12 +184,20 @@ _CAVEATS = {
 }
 
 
+def on_tensor_cores(device: Device, precision: str) -> bool:
+    """Whether a step at `precision` runs its matrix ops on `device`'s tensor cores."""
+    return device.family == "gpu" and (precision != "float32" or bool(device.peak_tf32_tflops))
+
+
 def caveat(device: Device, precision: str) -> Optional[str]:
     """What the family's fitted efficiency does not cover on `device` at `precision`
     (float32 on a GPU with TF32 runs on tensor cores too)."""
-    if device.family == "gpu" and precision == "float32" and device.peak_tf32_tflops:
-        return _TENSOR_CORES
-    return _CAVEATS.get((device.family, precision))
+    found = (_TENSOR_CORES if device.family == "gpu" and precision == "float32"
+             and device.peak_tf32_tflops else _CAVEATS.get((device.family, precision)))
+    if found == _TENSOR_CORES and not device.memory_gbps:
+        found += ("; give the device's memory bandwidth (memory_gbps) and the step model "
+                  "fitted to tensor cores costs it instead")
+    return found
 
 
 def this_cpu() -> Device:
@@ -239,9 +269,9 @@ class Catalogue:
     efficiencies: Dict[Tuple[str, str], float]  # the families' fits
     given: Dict[Tuple[str, str], float] = dataclasses.field(default_factory=dict)  # in gin
     # The step model's constants per (family, precision), with their source
-    # (scale/step_model.py): given in gin (catalogue.step_model); none fitted yet.
+    # (scale/step_model.py): STEP_MODELS, and over them those given in gin.
     step_models: Dict[Tuple[str, str], Tuple[step_model_lib.Constants, str]] = dataclasses.field(
-        default_factory=dict)
+        default_factory=lambda: dict(STEP_MODELS))
 
     def device(self, name: str) -> Device:
         if name == "this_cpu":
@@ -272,6 +302,11 @@ class Catalogue:
         ranks above them; else None (the plan then takes efficiency_of)."""
         found = self.step_models.get((device.family, precision))
         if found is None or self._given_or_measured(device, precision):
+            return None
+        if found is _TENSOR_CORE_MODEL and not (on_tensor_cores(device, precision)
+                                                and device.memory_gbps):
+            # A V100's float32 runs on its CUDA cores, where the family's fit was made; a
+            # GPU without a bandwidth keeps that fit too, and its caveat says what to give.
             return None
         if not device.memory_gbps:
             raise ConfigError(f"{device.name}: the step model at {precision} needs the "
@@ -321,7 +356,7 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
         rows[name] = Device(**{**base, **fields, "name": name})
     given = {tuple(key.partition("/")[::2]): float(value)
              for key, value in (efficiency or {}).items()}
-    models = {}
+    models = dict(STEP_MODELS)
     for key, fields in (step_model or {}).items():
         try:
             constants = step_model_lib.Constants(**fields)

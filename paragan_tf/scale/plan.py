@@ -251,8 +251,9 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     bottleneck = max(parts, key=parts.get)
     async_gain = step / asynchronous
     seconds = model.total_steps * step
-    caveat = (devices_lib.caveat(device, precision)
-              if efficiency_source.startswith("fitted") else None)
+    caveat = (devices_lib.caveat(device, precision) if efficiency_source.startswith("fitted")
+              else devices_lib.STEP_MODEL_CAVEAT if efficiency_source.startswith(
+                  "step model fitted") else None)
     row.update(
         fits=True, accumulation=accumulation, micro_batch=micro, recompute=recompute,
         memory_gib_per_replica=round(

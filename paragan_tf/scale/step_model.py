@@ -20,7 +20,8 @@ ours on this CPU (benchmarks/probes/step_model_here.py). A sweep of batches of o
 scales both bounds alike: it pins `op_seconds`, and `compute` and `bandwidth` only as a pair
 that predicts alike (tests/scale/test_step_model.py), which several resolutions or a fixed
 constant (`fit(fixed=...)`) separate. The scale plan costs a step with it wherever the
-catalogue has its constants (scale/devices.py: given in gin, none fitted yet; docs/scale.md).
+catalogue has its constants (scale/devices.py: given in gin, else fitted: GPU tensor cores,
+from one GPU step so far; docs/scale.md).
 """
 
 from __future__ import annotations

@@ -51,9 +51,8 @@ def test_a_measured_step_replaces_the_fit_in_the_plan_and_says_so(cache, tiny_mo
     catalogue = devices.catalogue()
     h100 = catalogue.device("h100")
     fitted = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
-    assert fitted["efficiency"] == devices.EFFICIENCY[("gpu", BF16)]
-    assert fitted["efficiency_source"].startswith("fitted to 8 NVIDIA V100")
-    assert any("tensor cores" in line for line in fitted["advice"])
+    assert fitted["efficiency_source"].startswith("step model fitted to 1 NVIDIA H200")
+    assert f"caveat: {devices.STEP_MODEL_CAVEAT}" in fitted["advice"]
 
     _record()
     row = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
@@ -66,12 +65,12 @@ def test_a_measured_step_replaces_the_fit_in_the_plan_and_says_so(cache, tiny_mo
     assert "135 of 989 TFLOP/s on a 128 px step of batch 2048 (injected" in (
         row["efficiency_source"])
     assert "efficiency 0.137 (measured on h100 " in plan.describe(row)
-    assert not any("tensor cores" in line for line in row["advice"])  # the fit's caveat
+    assert not any("caveat" in line for line in row["advice"])  # the model's caveat
 
-    # Another device kind, another precision: still the fit.
+    # Another device kind: still the step model; another precision: not measured.
     a100 = plan.plan_target(tiny_model, catalogue.device("a100"), 1, catalogue,
                             plan.Assumptions())
-    assert a100["efficiency"] == devices.EFFICIENCY[("gpu", BF16)]
+    assert a100["efficiency_source"] == fitted["efficiency_source"]
     assert catalogue.efficiency_of(h100, "float32")[0] == devices.EFFICIENCY[("gpu", "float32")]
     # A value given in gin still wins over the measurement.
     given = devices.catalogue(efficiency={f"gpu/{BF16}": 0.3})

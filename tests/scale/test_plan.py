@@ -12,11 +12,16 @@ C1. BigGAN-PyTorch ImageNet 128 on 8 V100, float32 (ajbrock/BigGAN-PyTorch at 98
     script takes 15 days to train to 150k iterations"; scripts/launch_BigGAN_bs256x8.sh:
     batch 256 x 8 accumulations, 1 D step): 8.64 s per iteration. Our config:
     gin/biggan_imagenet128.gin + gin/policies/biggan_pytorch.gin. Fits the gpu
-    efficiency (0.64 of peak) that every GPU row below uses.
+    efficiency (0.64 of peak) that every GPU row below uses (all float32 on CUDA cores).
 C2. ParaGAN (Shi, Li, You, arXiv 2411.03999): BigGAN in 14 hours on 1,024 TPU v3 cores.
     Read as the BigGAN-PyTorch schedule (150k iterations of 2,048 images; the paper's
     abstract gives neither): 0.336 s per iteration. Fits the tpu efficiency (0.037); the
     planned 14 h wall clock is this fit restated.
+C4. BigGAN-PyTorch's ImageNet-128 iteration (256 x 8 images, 1 D step, bfloat16 autocast)
+    timed on one NVIDIA H200 in PyTorch at 5.21 s (reported to the project, not measured
+    by us: benchmarks/results/reference_step_h200_reported.json). Fits the step model's
+    `compute` on GPU tensor cores (0.244), its bandwidth and cost per op held
+    (scale/devices.py): every GPU row at bfloat16, float16 or TF32 uses it.
 C3. The cpu efficiency I4 uses: the step suite's MFU, 0.776 at bfloat16, on the CIFAR
     BigGAN on this 2-core Zen 4 (docs/benchmarks.md, 2026-11-25). The catalogue no longer
     holds it (this_cpu's efficiency is the layout tuner's measurement on the machine at
@@ -93,6 +98,7 @@ from paragan_tf.scale import devices
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import modes
 from paragan_tf.scale import plan
+from paragan_tf.scale import step_model
 from paragan_tf.train import experiment
 
 BIGGAN_PYTORCH_SECONDS = 15 * 86400 / 150_000  # 8.64
@@ -190,6 +196,24 @@ def test_the_calibration_points_give_the_catalogue_and_land_on_their_runs(imagen
     paragan = _row(imagenet128, "tpu_v3x1024")
     print(f"C2 wall clock: 14 h published, {paragan['wall_clock_hours']:.2f} h planned")
     assert paragan["wall_clock_hours"] == pytest.approx(14.0, rel=0.02)
+    # C4: the step model's compute on tensor cores, from the H200 step it was fitted to.
+    with open("benchmarks/results/reference_step_h200_reported.json") as f:
+        (measured,) = json.load(f)["points"]
+    h200 = catalogue.device("h200")
+    point = step_model.Point("C4", imagenet128.roofline["mixed_bfloat16"], measured["batch"],
+                             measured["accumulations"], measured["d_steps"],
+                             h200.peak_tflops("mixed_bfloat16") * 1e12,
+                             h200.memory_gbps * 1e9, measured["seconds_per_iteration"])
+    held = dict(bandwidth=devices.GPU_BANDWIDTH_HELD, op_seconds=devices.GPU_OP_SECONDS_HELD)
+    derived = step_model.fit([point], held)
+    fitted = devices.STEP_MODELS[("gpu", "mixed_bfloat16")][0]
+    print(f"calibrated gpu tensor cores: compute {derived.compute:.4f} (catalogue "
+          f"{fitted.compute})")
+    assert derived.compute == pytest.approx(fitted.compute, rel=0.02)
+    modelled = step_model.seconds(fitted, point)
+    print(f"| C4 BigGAN-PyTorch, 1 H200 bf16 (calibration) | {point.seconds:.3f} | "
+          f"{modelled:.3f} | {modelled / point.seconds:.2f} |")
+    assert 0.98 < modelled / point.seconds < 1.02
 
 
 def test_paragans_91_percent_holds_only_for_a_chosen_straggler_rate(imagenet128):

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.scale import built
+from paragan_tf.scale import calibration
 from paragan_tf.scale import devices as devices_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.scale import roofline
@@ -150,11 +151,18 @@ def test_the_plan_costs_the_step_with_the_model_where_the_catalogue_has_its_cons
     assert row["efficiency"] == pytest.approx(
         row["train_step_tflop_per_device"] / 494.5 / row["seconds"]["compute"])
     assert "(step model given in gin)" in plan_lib.describe(row)
-    # Without the constants, the family's fit; a given efficiency outranks the model.
+    # Without them, the constants fitted to tensor cores (an H100's float32 is TF32), and
+    # the caveat that they come from one step; a V100's float32 keeps the family's fit.
     fitted = plan_lib.plan_target(tiny_model, h100, 1, devices_lib.catalogue(),
                                   plan_lib.Assumptions())
-    assert fitted["efficiency_source"].startswith("fitted to 8 NVIDIA V100")
-    assert fitted["seconds"]["compute"] != pytest.approx(row["seconds"]["compute"])
+    assert fitted["efficiency_source"] == ("step model fitted to 1 NVIDIA H200 "
+                                           "(step_model_gpu_compute in scale/calibration.py)")
+    assert fitted["seconds"]["compute"] == pytest.approx(step_model.seconds(
+        step_model.Constants(calibration.STEP_MODEL_GPU_COMPUTE, 0.8, 5e-6), point))
+    assert f"caveat: {devices_lib.STEP_MODEL_CAVEAT}" in fitted["advice"]
+    v100 = plan_lib.plan_target(tiny_model, devices_lib.CATALOGUE["v100"], 1,
+                                devices_lib.catalogue(), plan_lib.Assumptions())
+    assert v100["efficiency_source"].startswith("fitted to 8 NVIDIA V100")
     both = devices_lib.catalogue(step_model={"gpu/float32": given},
                                  efficiency={"gpu/float32": 0.3})
     assert plan_lib.plan_target(tiny_model, h100, 1, both, plan_lib.Assumptions())[
@@ -172,3 +180,10 @@ def test_step_model_constants_and_a_device_without_bandwidth_are_refused_by_name
                                           "device's memory bandwidth"):
         plan_lib.plan_target(tiny_model, catalogue.device("mygpu"), 1, catalogue,
                              plan_lib.Assumptions())
+    # The fitted constants are not refused there: the family's fit, and what to give.
+    fitted = devices_lib.catalogue(extra={"mygpu": dict(peak_fp32_tflops=20.0,
+                                                        peak_tf32_tflops=150.0, memory_gib=24.0)})
+    row = plan_lib.plan_target(tiny_model, fitted.device("mygpu"), 1, fitted,
+                               plan_lib.Assumptions())
+    assert row["efficiency_source"].startswith("fitted to 8 NVIDIA V100")
+    assert any("give the device's memory bandwidth (memory_gbps)" in a for a in row["advice"])
