@@ -43,7 +43,9 @@ train: setup
 # One pytest worker per core, a test file each at a time. Files start longest first
 # (tests/conftest.py), not in xdist's order by test count. Not one per core plus one, which
 # was faster while the suite was smaller (17-19 min against 21 with two): three ran a 24 GiB
-# machine out of memory on 2026-11-29.
+# machine out of memory on 2026-11-29, and in two sessions (below) they gain nothing: 588 +
+# 843 s of pytest and 26:01 of CI with WORKERS=3 against 635 + 815 s and 26:10 with two
+# (2-core AMD EPYC Zen 4, 2026-11-30).
 # A worker keeps ~0.2-0.5 GB of every in-process training test until it ends (TensorFlow's
 # own, not Python objects: benchmarks/probes/worker_memory.py): 9-14.5 GB each by the end
 # when the suite ran as one session. So it runs as two, each with fresh workers: FIRST_HALF

@@ -18,6 +18,11 @@ ratio, and whether it was fitted. The device is the catalogue row named in the J
 device (`NVIDIA H200` -> h200) unless --device says. Also printed per point: the
 reference's FLOPs (torch's counter) over ours, which says the two networks are the same.
 
+--fix_from_probes holds `bandwidth` at the device's measured copy bandwidth over its
+catalogue bandwidth and `op_seconds` at its measured cost of one tiny op (the JSON's
+`device_probes`), leaving `compute` to the steps: what one GPU session can pin that batches
+alone cannot (paragan_tf/scale/step_model.py).
+
 A float32 point on a GPU runs its matrix products as TF32 (reference_step.py sets it, as
 TensorFlow does by default): its peak is the catalogue's TF32 peak (scale/devices.py).
 """
@@ -72,6 +77,20 @@ def _device_name(text: str, catalogue: devices.Catalogue) -> str:
     return found[0]
 
 
+def _from_probes(measured: dict, device: devices.Device, path: str) -> dict:
+    """bandwidth and op_seconds as the device's probes measured them (module doc)."""
+    probes = measured.get("device_probes")
+    if not probes:
+        raise SystemExit(f"{path}: no device_probes (run reference_step.py without "
+                         f"--no_probes)")
+    held = dict(bandwidth=min(1.0, probes["copy_gbps"] / device.memory_gbps),
+                op_seconds=probes["op_seconds"])
+    print(f"held from {path}'s probes: bandwidth {held['bandwidth']:.3f} "
+          f"({probes['copy_gbps']:.0f} of {device.memory_gbps:.0f} GB/s), "
+          f"{held['op_seconds'] * 1e6:.2f} us per op")
+    return held
+
+
 def _row(point: step_model.Point, row: dict, constants, fitted: bool) -> dict:
     """One point's line of the table, printed, and its JSON row."""
     modelled = step_model.seconds(constants, point) if constants else None
@@ -97,6 +116,8 @@ def main(argv=None) -> int:
                         help="resolution:batch:accumulations:D steps:precision, * for any")
     parser.add_argument("--fix", action="append", default=[],
                         help="name=value: a constant held in every fit (compute=0.5)")
+    parser.add_argument("--fix_from_probes", action="store_true",
+                        help="hold bandwidth and op_seconds at the JSON's device_probes")
     parser.add_argument("--gin_file", action="append", default=None)
     parser.add_argument("--gin_bindings", action="append", default=[])
     parser.add_argument("--device", default=None, help="the catalogue row measured")
@@ -111,6 +132,8 @@ def main(argv=None) -> int:
         name = args.device or _device_name(measured["device"], catalogue)
         rows += [dict(r, device=name, source=path) for r in measured["points"]
                  if r.get("status") == "ok"]
+        if args.fix_from_probes:
+            fixed.update(_from_probes(measured, catalogue.device(name), path))
     costs, points = {}, []
     for row in rows:
         key = (row["resolution"], row["precision"])

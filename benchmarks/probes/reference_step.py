@@ -23,7 +23,11 @@ iteration (the median of --iterations after --warmup, the device synchronised ar
 each), the convolution and matmul FLOPs of one iteration (torch.utils.flop_counter, forward
 and backward), the achieved TFLOP/s, peak memory allocated (CUDA), the parameter counts;
 a point that runs out of memory is recorded as such. The JSON also records the device, the
-versions, the date and this command. Modules the timing never calls (torchvision, h5py,
+versions, the date and this command, and, first (`device_probes`, unless --no_probes), what
+the device does outside the network: its copy bandwidth (a large tensor copied, read and
+written), the seconds one tiny op costs from launch to completion, and a square matmul's
+TFLOP/s at each precision. The step model's fit can hold its bandwidth and cost per op at
+the first two (benchmarks/probes/fit_step_model.py --fix_from_probes). Modules the timing never calls (torchvision, h5py,
 tqdm, PIL: the reference imports them for its data loaders) are stood in for when
 missing.
 """
@@ -111,6 +115,49 @@ def _point(spec: str) -> dict:
                 accumulations=int(accumulations), d_steps=int(d_steps), precision=precision)
 
 
+def _timed(torch, cuda: bool, fn, repeats: int) -> float:
+    """The median seconds of `fn()` over `repeats` runs after one, synchronised."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        if cuda:
+            torch.cuda.synchronize()
+        began = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def device_probes(torch, device_name: str) -> dict:
+    """The device's copy bandwidth, the cost of one tiny op and a matmul's rate (module doc);
+    sizes for a GPU (1 GiB copies, 8192^3 matmuls), smaller on a CPU."""
+    device = torch.device(device_name)
+    cuda = device.type == "cuda"
+    copied = torch.empty(2 ** (28 if cuda else 24), dtype=torch.float32, device=device)
+    target = torch.empty_like(copied)
+    seconds = _timed(torch, cuda, lambda: target.copy_(copied), 10)
+    copy_gbps = 2 * copied.numel() * 4 / seconds / 1e9  # read once, written once
+    del copied, target
+    one = torch.zeros(1, device=device)
+    ops = 1000
+
+    def tiny():
+        for _ in range(ops):
+            one.add_(1.0)
+    op_seconds = _timed(torch, cuda, tiny, 5) / ops
+    side = 8192 if cuda else 1024
+    matmul = {}
+    for precision, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        torch.backends.cuda.matmul.allow_tf32 = precision == "float32"
+        a = torch.randn(side, side, device=device, dtype=dtype)
+        b = torch.randn(side, side, device=device, dtype=dtype)
+        matmul[precision] = 2 * side ** 3 / _timed(torch, cuda, lambda: a @ b, 10) / 1e12
+    return dict(copy_gbps=copy_gbps, op_seconds=op_seconds, matmul_tflops=matmul,
+                matmul_side=side)  # float32's matmul as TF32 on CUDA, as a float32 point
+
+
 def measure(point: dict, args, torch, utils, model, train_fns) -> dict:
     """One point: build G, D, the EMA and the step as the reference's train.py does, then
     time `train(x, y)`."""
@@ -189,6 +236,8 @@ def main(argv=None) -> None:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--budget_seconds", type=float, default=480.0,
                         help="stop starting points after this long (the rest: not run)")
+    parser.add_argument("--no_probes", action="store_true",
+                        help="skip the device probes (copy bandwidth, op cost, matmul)")
     args = parser.parse_args(argv)
     import torch  # pylint: disable=import-outside-toplevel
     utils, model, train_fns = _reference(os.path.abspath(args.biggan_dir))
@@ -202,6 +251,9 @@ def main(argv=None) -> None:
               "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
               "channels": args.channels, "points": []}
     began = time.monotonic()
+    if not args.no_probes:
+        result["device_probes"] = device_probes(torch, args.device)
+        print(json.dumps({"device_probes": result["device_probes"]}), flush=True)
     for point in points:
         if time.monotonic() - began > args.budget_seconds:
             result["points"].append(dict(point, status="not run: over --budget_seconds"))

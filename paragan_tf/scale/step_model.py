@@ -103,7 +103,6 @@ def fit(points: Sequence[Point], fixed: Optional[Dict[str, float]] = None) -> Co
     lower = {"compute": math.log10(_LOWEST_FRACTION), "bandwidth": math.log10(_LOWEST_FRACTION),
              "op_seconds": 0.0}
     upper = {"compute": 0.0, "bandwidth": 0.0, "op_seconds": _MOST_OP_SECONDS * 1e6}
-    start = {"compute": math.log10(0.5), "bandwidth": math.log10(0.5), "op_seconds": 5.0}
 
     def constants(x) -> Constants:
         values = dict(fixed, **dict(zip(free, x)))
@@ -119,10 +118,13 @@ def fit(points: Sequence[Point], fixed: Optional[Dict[str, float]] = None) -> Co
         return [math.log(seconds(c, p) / p.seconds) for p in measured]
 
     from scipy import optimize  # pylint: disable=import-outside-toplevel  (plans never fit)
-    found = optimize.least_squares(residuals, [start[n] for n in free],
-                                   bounds=([lower[n] for n in free], [upper[n] for n in free]),
-                                   x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12)
-    return constants(found.x)
+    # Started from several fractions: where a bound binds no op, the fit is flat in its
+    # fraction and would stay wherever it started.
+    fits = [optimize.least_squares(
+        residuals, [{"op_seconds": 5.0}.get(n, math.log10(fraction)) for n in free],
+        bounds=([lower[n] for n in free], [upper[n] for n in free]),
+        x_scale=1.0, xtol=1e-12, ftol=1e-12, gtol=1e-12) for fraction in (0.5, 0.05, 0.005)]
+    return constants(min(fits, key=lambda found: found.cost).x)
 
 
 def ratios(constants: Constants, points: Sequence[Point]) -> np.ndarray:

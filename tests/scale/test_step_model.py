@@ -125,6 +125,21 @@ def test_the_fit_probe_fits_the_points_it_is_told_and_checks_the_rest(cost, tmp_
     # One bfloat16 point, matched by no --fit: listed, traced at bfloat16, not modelled.
     assert "0 measured points cannot fit 3 constants" in result["not_fitted"]["bfloat16"]
     assert result["rows"][0]["modelled_seconds"] is None
+    # The device's probes hold bandwidth and the cost per op: one point then fits compute,
+    # and every other point lands (a cost per op probed 2x too high would not).
+    copy_gbps = TRUE.bandwidth * h100.memory_gbps
+    for op_seconds, lands in ((TRUE.op_seconds, True), (2 * TRUE.op_seconds, False)):
+        measured.write_text(json.dumps(dict(
+            device="NVIDIA H100 80GB HBM3", points=rows[:4],
+            device_probes=dict(copy_gbps=copy_gbps, op_seconds=op_seconds))))
+        assert fit_step_model.main([f"--measured={measured}", "--gin_file=gin/tiny.gin",
+                                    f"--fit={resolution}:16384:*", "--fix_from_probes",
+                                    f"--output={out}"]) == 0
+        result = json.loads(out.read_text())
+        assert result["fixed"] == pytest.approx(dict(bandwidth=TRUE.bandwidth,
+                                                     op_seconds=op_seconds))
+        ratios = [r["ratio"] for r in result["rows"]]
+        assert np.allclose(ratios, 1.0, rtol=1e-3) == lands, ratios
 
 
 @pytest.fixture(scope="module")
