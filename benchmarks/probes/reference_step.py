@@ -27,9 +27,9 @@ versions, the date and this command, and, first (`device_probes`, unless --no_pr
 the device does outside the network: its copy bandwidth (a large tensor copied, read and
 written), the seconds one tiny op costs from launch to completion, and a square matmul's
 TFLOP/s at each precision. The step model's fit can hold its bandwidth and cost per op at
-the first two (benchmarks/probes/fit_step_model.py --fix_from_probes). Modules the timing never calls (torchvision, h5py,
-tqdm, PIL: the reference imports them for its data loaders) are stood in for when
-missing.
+the first two (benchmarks/probes/fit_step_model.py --fix_from_probes). Modules the timing
+never calls (torchvision, h5py, tqdm, PIL: the reference imports them for its data loaders)
+are stood in for when missing.
 """
 
 from __future__ import annotations
