@@ -130,40 +130,52 @@ def _catalogue():
     return devices.catalogue(extra={"titan_rtx": TITAN_RTX})
 
 
+# C1's config, and I2's and I3's (gin file, bindings); benchmarks/probes/
+# step_model_published.py builds the same.
+IMAGENET128_FILES = ["gin/biggan_imagenet128.gin", "gin/policies/biggan_pytorch.gin"]
+IMAGENET128_BINDINGS = ["train.total_steps = 150000"]
+# I2: the CIFAR BigGAN at StudioGAN's widths, z, attention and schedule.
+STUDIOGAN_CIFAR = ("gin/biggan_cifar10.gin", [
+    "Generator.ch = 96", "Generator.dim_z = 80", "Generator.shared_dim = 128",
+    "Generator.hierarchical_z = True", "Generator.attention_resolutions = (16,)",
+    "Discriminator.ch = 48", "Discriminator.attention_resolutions = (16,)",
+    "train.batch_size = 64", "train.d_steps = 5", "train.total_steps = 100000"])
+# I3: the ImageNet BigGAN at 64 px, D as StudioGAN's, G the nearest.
+STUDIOGAN_TINY = ("gin/biggan_imagenet128.gin", [
+    "dataset.resolution = 64", "Generator.ch = 40", "Generator.dim_z = 100",
+    "Generator.attention_resolutions = (32,)", "Discriminator.ch = 80",
+    "Discriminator.attention_resolutions = (32,)", "train.batch_size = 1024",
+    "train.accumulation = 1", "train.d_steps = 1", "train.total_steps = 100000"])
+
+
+def studiogan_config(run):
+    """(gin files, bindings) of a StudioGAN run: 'synthetic' has CIFAR-10's 10 classes and
+    needs no data; the class count changes only the embeddings (counted in the parameter
+    checks), not the step's FLOPs."""
+    gin_file, bindings = run
+    return [gin_file], bindings + ["dataset.name = 'synthetic'", "layout.precision = 'float32'"]
+
+
 @pytest.fixture(scope="module")
 def imagenet128():
     """BigGAN-PyTorch's ImageNet-128 recipe, built at float32 and bfloat16 (no training)."""
-    experiment.parse(["gin/biggan_imagenet128.gin", "gin/policies/biggan_pytorch.gin"],
-                     ["train.total_steps = 150000"], finalize=False)
+    experiment.parse(IMAGENET128_FILES, IMAGENET128_BINDINGS, finalize=False)
     return built.plan_model(["float32", "mixed_bfloat16"])
 
 
-def _studiogan(gin_file, bindings):
-    # 'synthetic' has CIFAR-10's 10 classes and needs no data; the class count changes
-    # only the embeddings (counted in the parameter checks), not the step's FLOPs.
-    experiment.parse([gin_file], bindings + ["dataset.name = 'synthetic'",
-                                             "layout.precision = 'float32'"], finalize=False)
+def _studiogan(run):
+    experiment.parse(*studiogan_config(run), finalize=False)
     return built.plan_model(["float32"], progress=lambda _: None)
 
 
 @pytest.fixture(scope="module")
 def studiogan_cifar():
-    """I2's config: the CIFAR BigGAN at StudioGAN's widths, z, attention and schedule."""
-    return _studiogan("gin/biggan_cifar10.gin", [
-        "Generator.ch = 96", "Generator.dim_z = 80", "Generator.shared_dim = 128",
-        "Generator.hierarchical_z = True", "Generator.attention_resolutions = (16,)",
-        "Discriminator.ch = 48", "Discriminator.attention_resolutions = (16,)",
-        "train.batch_size = 64", "train.d_steps = 5", "train.total_steps = 100000"])
+    return _studiogan(STUDIOGAN_CIFAR)
 
 
 @pytest.fixture(scope="module")
 def studiogan_tiny():
-    """I3's config: the ImageNet BigGAN at 64 px, D as StudioGAN's, G the nearest."""
-    return _studiogan("gin/biggan_imagenet128.gin", [
-        "dataset.resolution = 64", "Generator.ch = 40", "Generator.dim_z = 100",
-        "Generator.attention_resolutions = (32,)", "Discriminator.ch = 80",
-        "Discriminator.attention_resolutions = (32,)", "train.batch_size = 1024",
-        "train.accumulation = 1", "train.d_steps = 1", "train.total_steps = 100000"])
+    return _studiogan(STUDIOGAN_TINY)
 
 
 def _row(model, target, catalogue=None, assumptions=None):

@@ -1,0 +1,104 @@
+"""The step model on the published GPU runs of docs/scale.md's table: does it predict the
+runs no constant was fitted to better than one efficiency per family?
+
+    .venv/bin/python benchmarks/probes/step_model_published.py --output=published.json
+
+The runs and our configs of them are tests/scale/test_plan.py's (C1: BigGAN-PyTorch on 8
+V100; I1-I3: StudioGAN on 8 V100 and on 1 and 4 TITAN RTX, all float32 on CUDA cores).
+The step model's `compute` for float32 on CUDA cores is fitted to C1 alone, with its
+bandwidth and cost per op held as on tensor cores (scale/devices.py); the TITAN RTX gets its
+datasheet bandwidth, 672 GB/s (NVIDIA's announcement, 2018-12-03). Each independent run is
+then planned both ways, with the V100 fit's one efficiency (what the plan ships) and with
+the step model, and printed as planned / published seconds per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
+
+from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import devices  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import plan  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-import-position
+from tests.scale import test_plan as runs  # noqa: E402  pylint: disable=wrong-import-position
+
+TITAN_RTX_GBPS = 672.0
+
+
+def _model(gin_files, bindings):
+    experiment.parse(gin_files, bindings, finalize=False)
+    return built.plan_model(["float32"], progress=lambda _: None)
+
+
+def _catalogue(compute=None):
+    extra = {"titan_rtx": dict(runs.TITAN_RTX, memory_gbps=TITAN_RTX_GBPS)}
+    model = {"gpu/float32": dict(compute=compute, bandwidth=devices.GPU_BANDWIDTH_HELD,
+                                 op_seconds=devices.GPU_OP_SECONDS_HELD)} if compute else None
+    return devices.catalogue(extra=extra, step_model=model)
+
+
+def _step(model, target, catalogue) -> float:
+    name, count = plan.parse_target(target)
+    row = plan.plan_target(model, catalogue.device(name), count, catalogue, plan.Assumptions())
+    return row["seconds"]["step"]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    print("building the four configs at float32 (a few minutes on 2 cores)", flush=True)
+    imagenet = _model(runs.IMAGENET128_FILES, runs.IMAGENET128_BINDINGS)
+    cases = {
+        "C1": (imagenet, "v100x8", runs.BIGGAN_PYTORCH_SECONDS),
+        "I1": (dataclasses.replace(imagenet, d_steps=2, total_steps=200_000), "v100x8",
+               runs.STUDIOGAN_2048_SECONDS),
+        "I2": (_model(*runs.studiogan_config(runs.STUDIOGAN_CIFAR)), "titan_rtxx1",
+               runs.STUDIOGAN_CIFAR_SECONDS),
+        "I3": (_model(*runs.studiogan_config(runs.STUDIOGAN_TINY)), "titan_rtxx4",
+               runs.STUDIOGAN_TINY_SECONDS)}
+    c1_model, c1_target, c1_seconds = cases["C1"]
+    # compute's step time falls as compute rises: bisect log10(compute) in [-4, 0].
+    lo, hi = -4.0, 0.0
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        slow = _step(c1_model, c1_target, _catalogue(10 ** mid)) > c1_seconds
+        lo, hi = (mid, hi) if slow else (lo, mid)
+    compute = 10 ** hi
+    print(f"float32 on CUDA cores: compute {compute:.4f} of the peak fits C1 "
+          f"(bandwidth {devices.GPU_BANDWIDTH_HELD}, "
+          f"{devices.GPU_OP_SECONDS_HELD * 1e6:g} us per op held)")
+    rows = []
+    print("| run | published s/step | one efficiency (ratio) | step model (ratio) |")
+    for name, (model, target, published) in cases.items():
+        flat = _step(model, target, _catalogue())
+        modelled = _step(model, target, _catalogue(compute))
+        rows.append(dict(run=name, target=target, published=published, efficiency=flat,
+                         step_model=modelled))
+        print(f"| {name} {target} | {published:.3g} | {flat:.3g} ({flat / published:.2f}) | "
+              f"{modelled:.3g} ({modelled / published:.2f}) |")
+    spread = {k: max(abs(math.log(r[k] / r["published"])) for r in rows[1:])
+              for k in ("efficiency", "step_model")}
+    print(f"worst independent ratio: one efficiency {math.exp(spread['efficiency']):.2f}x, "
+          f"step model {math.exp(spread['step_model']):.2f}x")
+    if args.output:
+        with open(args.output, "w") as f:
+            json.dump(dict(command=" ".join(sys.argv), date=datetime.datetime.now(
+                datetime.timezone.utc).isoformat(timespec="seconds"),
+                machine=f"{platform.machine()}; plans only, nothing timed here",
+                compute=compute, rows=rows), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
