@@ -28,6 +28,7 @@ from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.scale import roofline
+from paragan_tf.scale import traced
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import sync_trainer
 
@@ -44,12 +45,13 @@ def bytes_by_device(exp: experiment_lib.Experiment) -> Dict[str, int]:
         list(exp.d_optimizer.variables()))
 
 
-def memory_of(exp: experiment_lib.Experiment) -> memory_lib.Plan:
-    """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing)."""
+def memory_of(exp: experiment_lib.Experiment, graphs=None) -> memory_lib.Plan:
+    """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing;
+    `graphs`: its updates already traced, traced.update_graphs)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
                            exp.g_optimizer, exp.d_optimizer, exp.objective,
                            side_of=exp.mode.side_of,
-                           accumulation=exp.settings.train.accumulation)
+                           accumulation=exp.settings.train.accumulation, graphs=graphs)
 
 
 def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = None,
@@ -108,9 +110,11 @@ def plan_model(precisions: Sequence[str],
         exp = _built_here(dataclasses.replace(settings, layout=dataclasses.replace(
             settings.layout, precision=precision)))
         progress(f"tracing the memory plan at {precision}")
-        memory[precision] = memory_of(exp)
+        # Traced once for both: the memory plan replays the updates, the roofline costs them.
+        graphs = traced.update_graphs(exp.generator, exp.discriminator, exp.objective)
+        memory[precision] = memory_of(exp, graphs)
         progress(f"costing the step's ops at {precision}")
-        costs[precision] = roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+        costs[precision] = roofline.cost_of(graphs)
     progress("counting the train step's FLOPs")
     return dataclasses.replace(model_of(exp, memory, settings.layout.precision),
                                roofline=costs)

@@ -139,10 +139,11 @@ def update_activations(generator, discriminator, objective,
     return _update_activations(generator, discriminator, objective, recompute)[None]
 
 
-def _update_activations(generator, discriminator, objective, recompute: bool
+def _update_activations(generator, discriminator, objective, recompute: bool,
+                        graphs: Optional[Dict[str, tf.Graph]] = None
                         ) -> Dict[Optional[str], Dict[str, Activations]]:
-    replays = {name: _measure(graph) for name, graph in
-               traced.update_graphs(generator, discriminator, objective, recompute).items()}
+    graphs = graphs or traced.update_graphs(generator, discriminator, objective, recompute)
+    replays = {name: _measure(graph) for name, graph in graphs.items()}
     return {side: {name: replay[side] for name, replay in replays.items()}
             for side in [None] + list(SIDE_DEVICES)}
 
@@ -273,16 +274,18 @@ def fewest(examples: int, fits: Callable[[int, int, bool], bool]
 
 
 def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer, objective,
-         side_of: Callable[[str], str], accumulation: int = 1) -> Plan:
+         side_of: Callable[[str], str], accumulation: int = 1,
+         graphs: Optional[Dict[str, tf.Graph]] = None) -> Plan:
     """The memory plan of built models and optimizers, their updates computed as
     `objective` computes them (traces four updates; runs nothing).
 
     Its `sides` are the plans of G's and D's devices when the two are split
     (model_parallel.placement='split'): each holds the variables the parallel mode's
     `side_of(owner)` gives it (distribute/mode.py; G's: G, EMA G and G's optimizer state)
-    and its network's side of both updates.
+    and its network's side of both updates. `graphs`: the updates already traced without
+    recompute (traced.update_graphs), which the roofline costs too.
     """
-    kept = _update_activations(generator, discriminator, objective, False)
+    kept = _update_activations(generator, discriminator, objective, False, graphs)
     recomputed = _update_activations(generator, discriminator, objective, True)
     g_grads = variable_bytes(generator.trainable_variables)
     d_grads = variable_bytes(discriminator.trainable_variables)

@@ -143,5 +143,9 @@ class StepCost:
 def step_cost(generator, discriminator, objective, recompute: bool = False) -> StepCost:
     """The roofline of the built models' train step as `objective` computes it (traces
     both updates; runs nothing)."""
-    return StepCost({name: update_cost(graph) for name, graph in traced.update_graphs(
-        generator, discriminator, objective, recompute).items()})
+    return cost_of(traced.update_graphs(generator, discriminator, objective, recompute))
+
+
+def cost_of(graphs: Dict[str, tf.Graph]) -> StepCost:
+    """The roofline of the two updates traced by traced.update_graphs."""
+    return StepCost({name: update_cost(graph) for name, graph in graphs.items()})
