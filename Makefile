@@ -40,12 +40,13 @@ fashion-mnist:
 train: setup
 	$(PY) bin/train.py --gin_file=$(GIN_FILE) --model_dir=$(MODEL_DIR) $(TRAIN_ARGS)
 
-# One pytest worker per core, a test file each at a time. Files start longest first
-# (tests/conftest.py), not in xdist's order by test count. Not one per core plus one, which
-# was faster while the suite was smaller (17-19 min against 21 with two): three ran a 24 GiB
-# machine out of memory on 2026-11-29, and in two sessions (below) they gain nothing: 588 +
-# 843 s of pytest and 26:01 of CI with WORKERS=3 against 635 + 815 s and 26:10 with two
-# (2-core AMD EPYC Zen 4, 2026-11-30).
+# One pytest worker per core plus one (the tests that wait on their processes leave a core
+# idle), a test file each at a time, but no more than one worker per 7 GiB of RAM: of three,
+# one held up to 7.1 GB by the end of a session (below). Files start longest first
+# (tests/conftest.py), not in xdist's order by test count. On a 2-core, 24 GiB AMD EPYC Zen 4
+# (2026-11-30): three workers 588 + 843 s of pytest, 26:01 of CI, at least 9.1 GB left
+# available (d7a1796); two 672 + 849 s and 27:34 (3618d66), 673 + 915 s and 28:39
+# (03d4da5). Three ran a 24 GiB machine out of memory on 2026-11-29, in one session.
 # A worker keeps ~0.2-0.5 GB of every in-process training test until it ends (TensorFlow's
 # own, not Python objects: benchmarks/probes/worker_memory.py): 9-14.5 GB each by the end
 # when the suite ran as one session. So it runs as two, each with fresh workers: FIRST_HALF
@@ -53,7 +54,8 @@ train: setup
 # target fails if either does. With PYTEST_ARGS, one session runs what they select.
 # PARAGAN_TF_TEST_COSTS=FILE records where each test's time and memory go
 # (tests/helpers/costs.py; benchmarks/probes/test_durations.py sums it).
-WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)))")
+WORKERS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(len(os.sched_getaffinity(0)) + 1, \
+	  os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 7 // 2 ** 30)))")
 PYTEST := $(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
 	  -p tests.helpers.costs --durations=25
 FIRST_HALF := tests/train tests/benchmarks tests/models tests/objective tests/generate
