@@ -68,13 +68,10 @@ def main(argv=None) -> int:
         "I3": (_model(*runs.studiogan_config(runs.STUDIOGAN_TINY)), "titan_rtxx4",
                runs.STUDIOGAN_TINY_SECONDS)}
     c1_model, c1_target, c1_seconds = cases["C1"]
-    # compute's step time falls as compute rises: bisect log10(compute) in [-4, 0].
-    lo, hi = -4.0, 0.0
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        slow = _step(c1_model, c1_target, _catalogue(10 ** mid)) > c1_seconds
-        lo, hi = (mid, hi) if slow else (lo, mid)
-    compute = 10 ** hi
+    from scipy import optimize  # pylint: disable=import-outside-toplevel
+    # The step falls as compute rises: the root in log10(compute) over [-4, 0].
+    compute = 10 ** optimize.brentq(lambda x: math.log(
+        _step(c1_model, c1_target, _catalogue(10 ** x)) / c1_seconds), -4.0, 0.0, xtol=1e-10)
     print(f"float32 on CUDA cores: compute {compute:.4f} of the peak fits C1 "
           f"(bandwidth {devices.GPU_BANDWIDTH_HELD}, "
           f"{devices.GPU_OP_SECONDS_HELD * 1e6:g} us per op held)")

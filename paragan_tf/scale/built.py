@@ -45,7 +45,8 @@ def bytes_by_device(exp: experiment_lib.Experiment) -> Dict[str, int]:
         list(exp.d_optimizer.variables()))
 
 
-def memory_of(exp: experiment_lib.Experiment, graphs=None) -> memory_lib.Plan:
+def memory_of(exp: experiment_lib.Experiment,
+              graphs: Optional[Dict[str, tf.Graph]] = None) -> memory_lib.Plan:
     """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing;
     `graphs`: its updates already traced, traced.update_graphs)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
