@@ -16,7 +16,9 @@ accumulations:D steps:precision, `*` for any) are fitted, per precision, with --
 constants held; every point is then listed with its measured and modelled seconds, their
 ratio, and whether it was fitted. The device is the catalogue row named in the JSON's
 device (`NVIDIA H200` -> h200) unless --device says. Also printed per point: the
-reference's FLOPs (torch's counter) over ours, which says the two networks are the same.
+reference's FLOPs (torch's counter) over ours, which says the two networks are the same,
+and our memory plan of the point (scale/memory.py: per replica, no recompute) beside the
+reference's measured peak (torch.cuda.max_memory_allocated), with their ratio.
 
 --fix_from_probes holds `bandwidth` at the device's measured copy bandwidth over its
 catalogue bandwidth and `op_seconds` at its measured cost of one tiny op (the JSON's
@@ -35,6 +37,7 @@ import fnmatch
 import json
 import os
 import sys
+from typing import Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
@@ -42,6 +45,7 @@ os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
 from paragan_tf import errors  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import devices  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.scale import memory  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import roofline  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import step_model  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-import-position
@@ -57,7 +61,8 @@ def _spec(row: dict) -> str:
             f"{row['precision']}")
 
 
-def _cost(gin_files, bindings, resolution: int, precision: str) -> roofline.StepCost:
+def _cost(gin_files, bindings, resolution: int, precision: str
+          ) -> Tuple[roofline.StepCost, memory.Plan]:
     if gin_files:
         bindings = bindings + [f"dataset.resolution = {resolution}"]
     elif resolution in CONFIGS:
@@ -66,7 +71,7 @@ def _cost(gin_files, bindings, resolution: int, precision: str) -> roofline.Step
         raise SystemExit(f"no config of {resolution} px: give --gin_file")
     experiment.parse(gin_files, bindings + [f"layout.precision = '{precision}'"],
                      finalize=False)
-    return built.step_cost()
+    return built.step_cost_and_memory()
 
 
 def _device_name(text: str, catalogue: devices.Catalogue) -> str:
@@ -91,21 +96,29 @@ def _from_probes(measured: dict, device: devices.Device, path: str) -> dict:
     return held
 
 
-def _row(point: step_model.Point, row: dict, constants, fitted: bool) -> dict:
+def _row(point: step_model.Point, row: dict, constants, fitted: bool,
+         plan: memory.Plan) -> dict:
     """One point's line of the table, printed, and its JSON row."""
     modelled = step_model.seconds(constants, point) if constants else None
+    planned = dataclasses.replace(plan, accumulation=point.accumulation).total_bytes(
+        point.batch, recompute=False)
+    peak = row.get("peak_memory_bytes")
     ours = point.cost.totals(point.batch, point.d_steps, point.accumulation)["flops"]
     out = dict(point=point.name, device=row["device"], fitted=fitted,
                measured_seconds=point.seconds, modelled_seconds=modelled,
                ratio=modelled / point.seconds if modelled else None,
                measured_fraction_of_peak=step_model.fraction_of_peak(point, point.seconds),
                reference_flops_over_ours=row["flops_per_iteration"] / ours,
-               peak_memory_bytes=row.get("peak_memory_bytes"))
+               peak_memory_bytes=peak, planned_memory_bytes=planned,
+               memory_ratio=planned / peak if peak else None)
     print(f"  {out['point']:22s} measured {point.seconds:8.4f} s  "
           + (f"modelled {modelled:8.4f} s  ratio {out['ratio']:5.2f}" if modelled else
              "not modelled") + f"{'  (fitted)' if fitted else ''}  "
           f"{out['measured_fraction_of_peak']:.1%} of the peak  FLOPs ref/ours "
-          f"{out['reference_flops_over_ours']:.3f}")
+          f"{out['reference_flops_over_ours']:.3f}  memory planned "
+          f"{planned / memory.GIB:.2f} GiB" + (
+              f", measured {peak / memory.GIB:.2f} GiB (ratio {out['memory_ratio']:.2f})"
+              if peak else " (not measured)"))
     return out
 
 
@@ -134,12 +147,13 @@ def main(argv=None) -> int:
                  if r.get("status") == "ok"]
         if args.fix_from_probes:
             fixed.update(_from_probes(measured, catalogue.device(name), path))
-    costs, points = {}, []
+    costs, plans, points = {}, {}, []
     for row in rows:
         key = (row["resolution"], row["precision"])
         if key not in costs:
             print(f"tracing our step at {key[0]} px, {key[1]}", flush=True)
-            costs[key] = _cost(args.gin_file, args.gin_bindings, key[0], PRECISIONS[key[1]])
+            costs[key], plans[key] = _cost(args.gin_file, args.gin_bindings, key[0],
+                                           PRECISIONS[key[1]])
         device = catalogue.device(row["device"])
         peak = device.peak_tflops(PRECISIONS[row["precision"]])
         points.append(step_model.Point(
@@ -161,7 +175,9 @@ def main(argv=None) -> int:
                   f"{constants.bandwidth:.3f}, {constants.op_seconds * 1e6:.2f} us per op")
         for point, row in zip(points, rows):
             if row["precision"] == precision:
-                result["rows"].append(_row(point, row, constants, point.name in fitted_specs))
+                result["rows"].append(_row(
+                    point, row, constants, point.name in fitted_specs,
+                    plans[(row["resolution"], row["precision"])]))
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)

@@ -15,7 +15,7 @@ import dataclasses
 import gc
 import statistics
 import time
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -93,6 +93,14 @@ def step_cost() -> roofline.StepCost:
     its models built on this host, both updates traced, nothing run."""
     exp = _built_here(_planned_settings())
     return roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+
+
+def step_cost_and_memory() -> Tuple[roofline.StepCost, memory_lib.Plan]:
+    """step_cost() and the per-replica memory plan of the same build, its updates traced
+    once for both: what a measured step's seconds and peak memory are set against."""
+    exp = _built_here(_planned_settings())
+    graphs = traced.update_graphs(exp.generator, exp.discriminator, exp.objective)
+    return roofline.cost_of(graphs), memory_of(exp, graphs)
 
 
 def plan_model(precisions: Sequence[str],

@@ -91,22 +91,27 @@ def test_too_few_points_unknown_names_and_impossible_constants_are_refused(cost)
         step_model.Constants(compute=1.5, bandwidth=0.5, op_seconds=0.0)
 
 
-def test_the_fit_probe_fits_the_points_it_is_told_and_checks_the_rest(cost, tmp_path):
+def test_the_fit_probe_fits_the_points_it_is_told_and_checks_the_rest(cost, tiny_model,
+                                                                      tmp_path):
     """benchmarks/probes/fit_step_model.py on a reference JSON whose seconds the true
     constants give for gin/tiny.gin's network: it fits the --fit points alone, recovers the
-    cost per op, and lists every point with its ratio; a precision it cannot fit is said."""
+    cost per op, and lists every point with its ratio and our memory plan of it beside the
+    measured peak; a precision it cannot fit is said."""
     from benchmarks.probes import fit_step_model  # pylint: disable=import-outside-toplevel
     parse_tiny()
     resolution = experiment.Settings.read().data.resolution
     batches = [1, 256, 4096, 16384]  # on an H100's float32 peak, as large as that
-    points = _points(cost, TRUE, batches)  # float32's cost: the probe traces it the same
+    accumulations = [1, 2, 1, 1]
+    # float32's cost: the probe traces it the same.
+    points = [_points(cost, TRUE, [b], a)[0] for b, a in zip(batches, accumulations)]
     h100 = devices_lib.CATALOGUE["h100"]
-    rows = [dict(resolution=resolution, batch=b, accumulations=1, d_steps=1,
+    rows = [dict(resolution=resolution, batch=b, accumulations=a, d_steps=1,
                  precision="float32", status="ok", flops_per_iteration=2.0,
                  seconds_per_iteration=step_model.seconds(TRUE, dataclasses.replace(
                      p, peak_flops=h100.peak_fp32_tflops * 1e12,
                      bandwidth=h100.memory_gbps * 1e9)))
-            for b, p in zip(batches, points)]
+            for b, a, p in zip(batches, accumulations, points)]
+    rows[1]["peak_memory_bytes"] = 3 * 2 ** 20
     rows.append(dict(rows[0], batch=2, status="out of memory"))
     rows.append(dict(rows[0], precision="bfloat16", seconds_per_iteration=0.1))
     measured = tmp_path / "reference_step.json"
@@ -120,8 +125,14 @@ def test_the_fit_probe_fits_the_points_it_is_told_and_checks_the_rest(cost, tmp_
     assert result["constants"]["float32"]["op_seconds"] == pytest.approx(8e-6, rel=1e-3)
     assert [(r["point"], r["fitted"]) for r in result["rows"]] == [
         (f"{resolution}:1:1:1:bfloat16", False)] + [
-        (f"{resolution}:{b}:1:1:float32", b != 256) for b in batches]
+        (f"{resolution}:{b}:{a}:1:float32", b != 256) for b, a in zip(batches, accumulations)]
     np.testing.assert_allclose([r["ratio"] for r in result["rows"][1:]], 1.0, rtol=1e-3)
+    plans = [dataclasses.replace(tiny_model.memory["float32"], accumulation=a)
+             for a in accumulations]
+    planned = [plan.total_bytes(b, recompute=False) for b, plan in zip(batches, plans)]
+    assert [r["planned_memory_bytes"] for r in result["rows"][1:]] == planned
+    assert [r["memory_ratio"] for r in result["rows"][1:]] == [
+        None, planned[1] / (3 * 2 ** 20), None, None]
     # One bfloat16 point, matched by no --fit: listed, traced at bfloat16, not modelled.
     assert "0 measured points cannot fit 3 constants" in result["not_fitted"]["bfloat16"]
     assert result["rows"][0]["modelled_seconds"] is None
