@@ -61,7 +61,7 @@ def _spec(row: dict) -> str:
             f"{row['precision']}")
 
 
-def _cost(gin_files, bindings, resolution: int, precision: str
+def _cost_and_memory(gin_files, bindings, resolution: int, precision: str
           ) -> Tuple[roofline.StepCost, memory.Plan]:
     if gin_files:
         bindings = bindings + [f"dataset.resolution = {resolution}"]
@@ -152,8 +152,8 @@ def main(argv=None) -> int:
         key = (row["resolution"], row["precision"])
         if key not in costs:
             print(f"tracing our step at {key[0]} px, {key[1]}", flush=True)
-            costs[key], plans[key] = _cost(args.gin_file, args.gin_bindings, key[0],
-                                           PRECISIONS[key[1]])
+            costs[key], plans[key] = _cost_and_memory(
+                args.gin_file, args.gin_bindings, key[0], PRECISIONS[key[1]])
         device = catalogue.device(row["device"])
         peak = device.peak_tflops(PRECISIONS[row["precision"]])
         points.append(step_model.Point(
