@@ -26,6 +26,7 @@ from paragan_tf.layout import tuning as layout_tuning
 from paragan_tf.models import biggan
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
+from paragan_tf.scale import measured
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.scale import roofline
 from paragan_tf.scale import traced
@@ -149,7 +150,8 @@ def model_of(exp: experiment_lib.Experiment, memory: Dict[str, memory_lib.Plan],
         g_blocks=tuple(exp.generator.block_shapes),
         d_blocks=tuple(exp.discriminator.block_shapes),
         g_block_costs=tuple(exp.generator.block_costs(mode_lib.PLAN_BATCH)),
-        d_block_costs=tuple(exp.discriminator.block_costs(mode_lib.PLAN_BATCH)))
+        d_block_costs=tuple(exp.discriminator.block_costs(mode_lib.PLAN_BATCH)),
+        network=measured.network(layout_tuning.step_shape(exp.settings, precision)))
 
 
 def plan_line(exp: experiment_lib.Experiment, memory: memory_lib.Plan) -> str:

@@ -49,10 +49,12 @@ and checks them on the other runs):
 
 Every plan row names its efficiency's source (`efficiency_source`). Where the catalogue
 has the step model's constants for a family and precision (scale/step_model.py), the plan
-costs the step's ops with them instead of the family's fit, still below a gin efficiency
-and a measured step: given in gin (catalogue.step_model), else fitted (STEP_MODELS: GPU
-tensor cores, i.e. mixed_bfloat16, mixed_float16 and float32 where there is TF32; a V100's
-float32 keeps the family's fit, which was made there).
+costs the step's ops with them instead of the family's fit, still below a gin efficiency:
+given in gin (catalogue.step_model), else fitted (STEP_MODELS: GPU tensor cores, i.e.
+mixed_bfloat16, mixed_float16 and float32 where there is TF32; a V100's float32 keeps the
+family's fit, which was made there). A step measured on the device scales the model when
+it is of the planned network, and otherwise ranks above the model as an efficiency
+(scale/measured.py).
 
 Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`) or
 pass a custom device on bin/plan.py's command line.
@@ -71,6 +73,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.scale import calibration
 from paragan_tf.scale import cpu_peak
 from paragan_tf.scale import measured
+from paragan_tf.scale import roofline
 from paragan_tf.scale import step_model as step_model_lib
 
 # A host's input pipeline: images/s one core decodes (a ~430x640 JPEG) and resizes to
@@ -285,29 +288,38 @@ class Catalogue:
     def efficiency(self, device: Device, precision: str) -> float:
         return self.efficiency_of(device, precision)[0]
 
+    @staticmethod
+    def _this_machine(device: Device) -> Optional[Dict[str, object]]:
+        return layout_lib.detect().signature() if device.name == "this_cpu" else None
+
     def _given_or_measured(self, device: Device, precision: str
                            ) -> Optional[Tuple[float, str]]:
         key = (device.family, precision)
         if key in self.given:
             return self.given[key], "given in gin (catalogue.efficiency)"
-        this_machine = (layout_lib.detect().signature() if device.name == "this_cpu"
-                        else None)
         return measured.efficiency(device.name, device.peak_tflops(precision), precision,
-                                   this_machine)
+                                   self._this_machine(device))
 
-    def step_model_of(self, device: Device, precision: str
+    def step_model_of(self, device: Device, precision: str, network: Optional[dict] = None,
+                      cost: Optional[roofline.StepCost] = None
                       ) -> Optional[Tuple[step_model_lib.Constants, str]]:
         """The step model's (constants, source) for `device` at `precision`, where the
-        catalogue has them and neither a gin efficiency nor a step measured on that device
-        ranks above them; else None (the plan then takes efficiency_of)."""
+        catalogue has them and no gin efficiency ranks above them: scaled to the step
+        measured on that device when it is of the planned `network`, whose step's ops
+        `cost` counts (scale/measured.py); else None (the plan then takes efficiency_of,
+        which a measured step of another network ranks first in)."""
         found = self.step_models.get((device.family, precision))
-        if found is None or self._given_or_measured(device, precision):
+        if found is None or (device.family, precision) in self.given:
             return None
         if found is _TENSOR_CORE_MODEL and not (on_tensor_cores(device, precision)
                                                 and device.memory_gbps):
             # A V100's float32 runs on its CUDA cores, where the family's fit was made; a
             # GPU without a bandwidth keeps that fit too, and its caveat says what to give.
             return None
+        this_machine = self._this_machine(device)
+        if measured.entries(device.name, precision, this_machine):
+            return (measured.calibrated(found[0], device, precision, network, cost,
+                                        this_machine) if device.memory_gbps else None)
         if not device.memory_gbps:
             raise ConfigError(f"{device.name}: the step model at {precision} needs the "
                               f"device's memory bandwidth; give memory_gbps "

@@ -21,6 +21,16 @@ seconds) over the device's peak is the efficiency, and the plan says where it ca
 A gin value (catalogue.efficiency) still overrides it. --calibrate also records the bytes
 its step's ops move (scale/roofline.py), so each entry says the memory traffic per second
 it reached beside its FLOP/s: how near the device's bandwidth a step runs.
+
+Where the catalogue has the step model's constants for the device (scale/step_model.py)
+and the measured step is of the planned network (its step shape less what varies per run:
+`network`), one efficiency would carry the measured batch's share of the peak to every
+other batch, which the model exists to avoid. There the measurement scales the model
+instead (`calibrated`): every term of the catalogue's model slowed (or sped) by the one
+factor that lands it on the measured seconds. One measured step fixes one number; the
+model keeps its shape, how a step's time grows with batch and resolution, and takes its
+level from the user's device, so the plan is the measurement at the measured batch and
+the model's extrapolation from it elsewhere.
 """
 
 from __future__ import annotations
@@ -32,8 +42,13 @@ from typing import Dict, List, Optional, Tuple
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.layout import cache as layout_cache
+from paragan_tf.scale import roofline
+from paragan_tf.scale import step_model as step_model_lib
 
 KIND = "step_rate"
+# The keys of a step shape (layout/tuning.py) that vary per run of one network: a step of
+# the same network at another batch is the step model's to extrapolate.
+PER_RUN = ("batch_size", "d_steps", "accumulation", "recompute", "precision", "strategy")
 
 
 def record(device: str, hardware: Dict[str, object], step: Dict[str, object],
@@ -119,3 +134,39 @@ def efficiency(device: str, peak_tflops: float, precision: str,
         f"{peak_tflops:.3g} TFLOP/s" + (f" and {traffic:.3g} GB/s moved" if traffic else "")
         + f" on a {step.get('resolution')} px step of batch {step.get('batch_size')} "
         f"({origin}; {layout_cache.path()})")
+
+
+def network(step: dict) -> dict:
+    """A step shape (layout/tuning.py) less what varies per run: which network it is."""
+    return {k: v for k, v in step.items() if k not in PER_RUN}
+
+
+def calibrated(base: step_model_lib.Constants, device, precision: str, planned_network: dict,
+               cost: Optional[roofline.StepCost],
+               this_machine: Optional[Dict[str, object]] = None
+               ) -> Optional[Tuple[step_model_lib.Constants, str]]:
+    """The step model's (constants, source) scaled to the newest step measured on `device`
+    (a catalogue Device) at `precision`: every term of `base` slowed by the factor that
+    lands the model on the measured seconds. Where that step is of `planned_network` (whose
+    step's ops `cost` counts) and the factor keeps the constants possible; else None (the
+    plan takes the measured efficiency)."""
+    found = entries(device.name, precision, this_machine)
+    if not (found and planned_network and cost) or network(found[0]["step"]) != planned_network:
+        return None
+    newest, step = found[0], found[0]["step"]
+    # A rematerialising step ran its blocks' forward twice; the plan adds that back.
+    seconds = newest["seconds_per_step"] / (4 / 3 if step.get("recompute") else 1)
+    point = step_model_lib.Point(
+        "measured", cost, step["batch_size"] // (newest.get("replicas") or 1),
+        step.get("accumulation", 1), step.get("d_steps", 1),
+        device.peak_tflops(precision) * 1e12, device.memory_gbps * 1e9, seconds)
+    factor = seconds / step_model_lib.seconds(base, point)
+    if base.compute / factor > 1 or base.bandwidth / factor > 1:
+        return None  # faster than the datasheet allows: its efficiency says so by name
+    constants = step_model_lib.Constants(base.compute / factor, base.bandwidth / factor,
+                                         base.op_seconds * factor)
+    origin = newest.get("origin") or "the layout tuner"
+    return constants, (
+        f"scaled to the step measured on {device.name} {newest.get('date', '(undated)')}: "
+        f"{seconds:.4g} s a step of {point.batch} per device ({origin}; "
+        f"{layout_cache.path()}), {factor:.3g}x the catalogue's model")

@@ -13,9 +13,11 @@ count N) the plan works out, per replica:
                 measured on that device kind, else the family's fit:
                 scale/devices.py, scale/measured.py); where the catalogue has the
                 step model's constants for the family and precision (and neither a
-                gin efficiency nor a measurement ranks above them), the step's ops
-                costed by that model instead (scale/step_model.py), the efficiency
-                then being the share of the peak that reaches
+                gin efficiency nor a measurement of another network ranks above
+                them), the step's ops costed by that model instead
+                (scale/step_model.py; scaled to a step of this network measured
+                on the device), the efficiency then being the share of the peak
+                that reaches
     all-reduce  every update all-reduces its network's float32 gradients once
                 (d_steps x D + G per step): ring 2(N-1)/N x bytes / bandwidth,
                 or hierarchical (a ring inside each host over its fast links,
@@ -111,6 +113,9 @@ class Model:
     # Per resolved precision, the step's ops with their FLOPs and bytes (scale/roofline.py):
     # what the step model costs where the catalogue has its constants.
     roofline: Dict[str, roofline_lib.StepCost] = dataclasses.field(default_factory=dict)
+    # Which network it is (scale/measured.py's `network` of its step shape): a step
+    # measured on a device of this network refits the step model there.
+    network: Dict[str, object] = dataclasses.field(default_factory=dict)
 
 
 def detected_line(model: Model, accelerator: str, replicas: int) -> str:
@@ -198,8 +203,9 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
                           f"batch_size x train.accumulation) does not split over {count} "
                           f"devices")
     examples = model.effective_batch // count
-    constants = (catalogue.step_model_of(device, precision) if precision in model.roofline
-                 else None)
+    constants = (catalogue.step_model_of(device, precision, model.network,
+                                         model.roofline[precision])
+                 if precision in model.roofline else None)
     efficiency, efficiency_source = ((None, f"step model {constants[1]}") if constants else
                                      catalogue.efficiency_of(device, precision))
     memory = model.memory[precision]

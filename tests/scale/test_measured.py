@@ -1,10 +1,12 @@
 """The plan calibrates itself on the user's device (scale/measured.py): a step measured on a
-device kind replaces the family's fitted efficiency in every later plan of that kind, and
-the plan says so. GPU timings are injected here (no accelerator on this machine);
-the CPU path runs bin/plan.py --calibrate for real."""
+device kind replaces the family's fitted efficiency in every later plan of that kind, or,
+where the catalogue has the step model's constants and the step is of the planned network,
+refits the model to it; the plan says which. GPU timings are injected here (no accelerator
+on this machine); the CPU path runs bin/plan.py --calibrate for real."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,6 +18,7 @@ from paragan_tf.scale import built
 from paragan_tf.scale import devices
 from paragan_tf.scale import measured
 from paragan_tf.scale import plan
+from paragan_tf.scale import step_model
 from paragan_tf.train import experiment
 
 BF16 = "mixed_bfloat16"
@@ -77,6 +80,50 @@ def test_a_measured_step_replaces_the_fit_in_the_plan_and_says_so(cache, tiny_mo
     assert given.efficiency_of(h100, BF16) == (0.3, "given in gin (catalogue.efficiency)")
 
 
+def test_a_step_of_the_planned_network_scales_the_step_model_which_the_plan_follows(
+        cache, tiny_model):
+    """A step of tiny's own network measured on an H100 at 32 per device, 1.7 times what
+    the catalogue's model gives: the plan at 8 per device is 1.7 times the model's there,
+    not the measured batch's efficiency carried to 8 (the cost per op weighs more at 8), and
+    not the model's own (what it would be with the measurement ignored)."""
+    catalogue = devices.catalogue()
+    h100 = catalogue.device("h100")
+    base = devices.STEP_MODELS[("gpu", BF16)][0]
+
+    def model_seconds(batch):
+        return step_model.seconds(base, step_model.Point(
+            "", tiny_model.roofline[BF16], batch, 1, tiny_model.d_steps, 989e12,
+            h100.memory_gbps * 1e9, 0.0))
+
+    ignored = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
+    assert ignored["seconds"]["compute"] == pytest.approx(model_seconds(8))
+    measured_seconds = 1.7 * model_seconds(32)
+    flops = tiny_model.roofline[BF16].totals(32, tiny_model.d_steps, 1)["flops"]
+    step = dict(tiny_model.network, batch_size=64, d_steps=tiny_model.d_steps,
+                accumulation=1, recompute=False, precision=BF16, strategy="mirrored")
+    _record(step=step, replicas=2, train_step_flops=2 * flops,
+            seconds_per_step=measured_seconds)
+    row = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
+    assert (row["micro_batch"], row["accumulation"]) == (8, 1)
+    assert row["seconds"]["compute"] == pytest.approx(1.7 * model_seconds(8), rel=1e-9)
+    assert row["efficiency_source"].startswith("step model scaled to the step measured on "
+                                               "h100 ")
+    assert "a step of 32 per device (injected" in row["efficiency_source"]
+    assert row["efficiency_source"].endswith("1.7x the catalogue's model")
+    assert "(step model scaled to the step measured on h100 " in plan.describe(row)
+    assert not any("caveat" in line for line in row["advice"])
+    # One efficiency from the measured step (its FLOP/s over the peak), carried to 8.
+    carried = measured_seconds * row["train_step_tflop_per_device"] * 1e12 / flops
+    assert row["seconds"]["compute"] > 1.5 * carried
+
+    # A step of another network (a wider D) is its measured efficiency, as before.
+    _record(step=dict(step, discriminator_ch=step["discriminator_ch"] * 2), replicas=2,
+            train_step_flops=2 * flops, seconds_per_step=measured_seconds)
+    other = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
+    assert other["efficiency_source"].startswith("measured on h100 ")
+    assert other["seconds"]["compute"] == pytest.approx(carried)
+
+
 def test_the_newest_measurement_counts_and_the_tuners_entries_too(cache):
     catalogue = devices.catalogue()
     h100 = catalogue.device("h100")
@@ -136,7 +183,7 @@ def test_this_cpu_counts_only_this_machines_own_steps(cache, monkeypatch):
     assert source.startswith("measured on this_cpu 2026-11-01")
 
 
-def test_plan_calibrate_times_this_cpu_records_it_and_plans_with_it(cache):
+def test_plan_calibrate_times_this_cpu_records_it_and_plans_with_it(cache, tiny_model):
     from tests.helpers.repo import run_binary
     result = run_binary("plan.py", "--gin_file=gin/tiny.gin", "--calibrate",
                         "--calibrate_steps=2", "--devices=this_cpux1",
@@ -152,6 +199,8 @@ def test_plan_calibrate_times_this_cpu_records_it_and_plans_with_it(cache):
     assert 1 < entry["train_step_flops"] / entry["train_step_bytes"] < 20
     assert entry["step"]["resolution"] == 32 and entry["origin"].startswith(
         "bin/plan.py --calibrate")
+    # The network it records is the one a plan of the same config compares it with.
+    assert measured.network(entry["step"]) == tiny_model.network
     (line,) = [line for line in result.stdout.splitlines() if line.startswith("this_cpux1")]
     assert "(measured on this_cpu " in line
     source = devices.catalogue().efficiency_of(devices.this_cpu(), "float32")[1]
