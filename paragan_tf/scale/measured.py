@@ -147,9 +147,9 @@ def calibrated(base: step_model_lib.Constants, device, precision: str, planned_n
                ) -> Optional[Tuple[step_model_lib.Constants, str]]:
     """The step model's (constants, source) scaled to the newest step measured on `device`
     (a catalogue Device) at `precision`: every term of `base` slowed by the factor that
-    lands the model on the measured seconds. Where that step is of `planned_network` (whose
-    step's ops `cost` counts) and the factor keeps the constants possible; else None (the
-    plan takes the measured efficiency)."""
+    lands the model on the measured seconds, the step's ops being `cost`'s. None where that
+    step is of another network than `planned_network`, or where no fractions of the peak
+    and bandwidth could be that fast (the plan then takes the measured efficiency)."""
     found = entries(device.name, precision, this_machine)
     if not (found and planned_network and cost) or network(found[0]["step"]) != planned_network:
         return None
@@ -162,7 +162,7 @@ def calibrated(base: step_model_lib.Constants, device, precision: str, planned_n
         device.peak_tflops(precision) * 1e12, device.memory_gbps * 1e9, seconds)
     factor = seconds / step_model_lib.seconds(base, point)
     if base.compute / factor > 1 or base.bandwidth / factor > 1:
-        return None  # faster than the datasheet allows: its efficiency says so by name
+        return None  # no fractions of the datasheet are that fast: a miscount or a wrong row
     constants = step_model_lib.Constants(base.compute / factor, base.bandwidth / factor,
                                          base.op_seconds * factor)
     origin = newest.get("origin") or "the layout tuner"

@@ -114,7 +114,7 @@ class Model:
     # what the step model costs where the catalogue has its constants.
     roofline: Dict[str, roofline_lib.StepCost] = dataclasses.field(default_factory=dict)
     # Which network it is (scale/measured.py's `network` of its step shape): a step
-    # measured on a device of this network refits the step model there.
+    # measured on a device of this network scales the step model there.
     network: Dict[str, object] = dataclasses.field(default_factory=dict)
 
 

@@ -1,12 +1,11 @@
 """The plan calibrates itself on the user's device (scale/measured.py): a step measured on a
 device kind replaces the family's fitted efficiency in every later plan of that kind, or,
 where the catalogue has the step model's constants and the step is of the planned network,
-refits the model to it; the plan says which. GPU timings are injected here (no accelerator
+scales the model to it; the plan says which. GPU timings are injected here (no accelerator
 on this machine); the CPU path runs bin/plan.py --calibrate for real."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -116,12 +115,19 @@ def test_a_step_of_the_planned_network_scales_the_step_model_which_the_plan_foll
     carried = measured_seconds * row["train_step_tflop_per_device"] * 1e12 / flops
     assert row["seconds"]["compute"] > 1.5 * carried
 
-    # A step of another network (a wider D) is its measured efficiency, as before.
+    # A step of another network (a wider D) is its measured efficiency, as before; and so
+    # is one faster than any fractions of the datasheet allow the model to be.
+    cache.unlink()  # entries are ordered by their dates, to the second
     _record(step=dict(step, discriminator_ch=step["discriminator_ch"] * 2), replicas=2,
             train_step_flops=2 * flops, seconds_per_step=measured_seconds)
     other = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
     assert other["efficiency_source"].startswith("measured on h100 ")
     assert other["seconds"]["compute"] == pytest.approx(carried)
+    cache.unlink()
+    _record(step=step, replicas=2, train_step_flops=2 * flops,
+            seconds_per_step=0.1 * model_seconds(32))
+    fast = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
+    assert fast["efficiency_source"].startswith("measured on h100 ")
 
 
 def test_the_newest_measurement_counts_and_the_tuners_entries_too(cache):
