@@ -62,7 +62,7 @@ def _spec(row: dict) -> str:
 
 
 def _cost_and_memory(gin_files, bindings, resolution: int, precision: str
-          ) -> Tuple[roofline.StepCost, memory.Plan]:
+                     ) -> Tuple[roofline.StepCost, memory.Plan]:
     if gin_files:
         bindings = bindings + [f"dataset.resolution = {resolution}"]
     elif resolution in CONFIGS:

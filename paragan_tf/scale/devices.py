@@ -316,10 +316,10 @@ class Catalogue:
             # A V100's float32 runs on its CUDA cores, where the family's fit was made; a
             # GPU without a bandwidth keeps that fit too, and its caveat says what to give.
             return None
-        this_machine = self._this_machine(device)
-        if measured.entries(device.name, precision, this_machine):
-            return (measured.calibrated(found[0], device, precision, network, cost,
-                                        this_machine) if device.memory_gbps else None)
+        steps = measured.entries(device.name, precision, self._this_machine(device))
+        if steps:
+            return (measured.calibrated(found[0], device, precision, steps[0], network, cost)
+                    if device.memory_gbps else None)
         if not device.memory_gbps:
             raise ConfigError(f"{device.name}: the step model at {precision} needs the "
                               f"device's memory bandwidth; give memory_gbps "

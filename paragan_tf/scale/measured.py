@@ -141,19 +141,18 @@ def network(step: dict) -> dict:
     return {k: v for k, v in step.items() if k not in PER_RUN}
 
 
-def calibrated(base: step_model_lib.Constants, device, precision: str, planned_network: dict,
-               cost: Optional[roofline.StepCost],
-               this_machine: Optional[Dict[str, object]] = None
+def calibrated(base: step_model_lib.Constants, device, precision: str, newest: dict,
+               planned_network: dict, cost: Optional[roofline.StepCost]
                ) -> Optional[Tuple[step_model_lib.Constants, str]]:
-    """The step model's (constants, source) scaled to the newest step measured on `device`
-    (a catalogue Device) at `precision`: every term of `base` slowed by the factor that
-    lands the model on the measured seconds, the step's ops being `cost`'s. None where that
-    step is of another network than `planned_network`, or where no fractions of the peak
-    and bandwidth could be that fast (the plan then takes the measured efficiency)."""
-    found = entries(device.name, precision, this_machine)
-    if not (found and planned_network and cost) or network(found[0]["step"]) != planned_network:
+    """The step model's (constants, source) scaled to `newest`, the newest step measured on
+    `device` (a catalogue Device) at `precision` (`entries`): every term of `base` slowed by
+    the factor that lands the model on the measured seconds, the step's ops being `cost`'s.
+    None where that step is of another network than `planned_network`, or where no fractions
+    of the peak and bandwidth could be that fast (the plan then takes the measured
+    efficiency)."""
+    step = newest["step"]
+    if not (planned_network and cost) or network(step) != planned_network:
         return None
-    newest, step = found[0], found[0]["step"]
     # A rematerialising step ran its blocks' forward twice; the plan adds that back.
     seconds = newest["seconds_per_step"] / (4 / 3 if step.get("recompute") else 1)
     point = step_model_lib.Point(
