@@ -58,7 +58,8 @@ WORKERS ?= $(shell $(PYTHON) -c "import os; print(max(1, min(len(os.sched_getaff
 	  os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 7 // 2 ** 30)))")
 PYTEST := $(PY) -m pytest -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
 	  -p tests.helpers.costs --durations=25
-FIRST_HALF := tests/train tests/benchmarks tests/models tests/objective tests/generate
+FIRST_HALF := tests/train tests/benchmarks tests/families tests/models tests/objective \
+	tests/generate
 test: setup
 ifeq ($(strip $(PYTEST_ARGS)),)
 	@status=0; \

@@ -55,7 +55,7 @@ def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str
     progress(f"timing {len(stage)} candidates, {rounds} interleaved rounds: "
              + "; ".join(c.name for c in stage))
     started = time.monotonic()
-    with layout_timing.parsed_config_file() as config_file:
+    with layout_timing.parsed_config_file(settings.parsed) as config_file:
         rows = layout_timing.measure(stage, config_file, rounds, float("inf"), progress,
                                      at_once=max(1, min(hardware.cores,
                                                         layout_lib.usable_cores())),

@@ -33,9 +33,9 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
 
     from paragan_tf.distribute import mode as mode_lib  # pylint: disable=import-outside-toplevel
     from paragan_tf.objective import losses  # pylint: disable=import-outside-toplevel
-    from paragan_tf.objective import objectives  # pylint: disable=import-outside-toplevel
+    from paragan_tf.families.biggan import objective  # pylint: disable=import-outside-toplevel
     from paragan_tf.scale import memory  # pylint: disable=import-outside-toplevel
-    from paragan_tf.models import biggan  # pylint: disable=import-outside-toplevel
+    from paragan_tf.families.biggan import networks as biggan  # pylint: disable=C0415
     from paragan_tf.train import step as step_lib  # pylint: disable=import-outside-toplevel
 
     keras.utils.set_random_seed(0)
@@ -50,14 +50,15 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
     g_opt, d_opt = keras.optimizers.Adam(1e-4), keras.optimizers.Adam(1e-4)
     g_opt.build(g.trainable_variables)
     d_opt.build(d.trainable_variables)
-    plan = memory.plan(g, d, ema, g_opt, d_opt, objectives.ClassConditional(losses.hinge),
+    hinge = objective.ClassConditional(losses.LossPair(losses.hinge))
+    plan = memory.plan(g, d, ema, g_opt, d_opt, hinge,
                        side_of=mode_lib.Mode().side_of)
     results = {}
     for batch in BATCHES:
         row = {}
         for recompute in (False, True):
             g.recompute = d.recompute = recompute
-            step = step_lib.GANStep(g, d, g_opt, d_opt, losses.hinge,
+            step = step_lib.GANStep(g, d, g_opt, d_opt, hinge,
                                     step_lib.StepConfig(batch, d_steps=1))
             z = tf.random.normal([batch, g.dim_z])
             labels = tf.zeros([batch], tf.int32)

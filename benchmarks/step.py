@@ -129,7 +129,8 @@ def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
                               cfg.batch_size // exp.strategy.num_replicas_in_sync)
     input_shape, kernel = count.dominant_conv
     return dict(g_forward_flops=count.g, d_forward_flops=count.d,
-                train_step_flops=(count.train_step(cfg.d_steps, cfg.accumulation)
+                train_step_flops=(count.train_step(cfg.d_steps, cfg.accumulation,
+                                                   exp.objective.reuses_fakes)
                                   * exp.strategy.num_replicas_in_sync),
                 dominant_conv=dict(input=input_shape, kernel=kernel))
 

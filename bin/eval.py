@@ -34,7 +34,6 @@ from absl import logging
 
 import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
 import tensorflow as tf
-from paragan_tf.eval import evaluator as evaluator_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import experiment
 from paragan_tf.train import model_dir as model_dir_lib
@@ -82,8 +81,9 @@ def _write_stats(path: str) -> None:
     experiment.parse(files, ["strategy.kind = 'one_device'"] + FLAGS.gin_bindings +
                      ["eval.reference_stats = None"], finalize=False)
     path = model_dir_lib.resolve(path)
-    subject = experiment.eval_subject(experiment.build(check_data=False))
-    evaluator = evaluator_lib.Evaluator(subject, os.path.dirname(path), write=False)
+    exp = experiment.build(check_data=False)
+    evaluator = exp.family.evaluator(experiment.eval_subject(exp), os.path.dirname(path),
+                                     write=False)
     written = evaluator.write_stats(path)
     print(json.dumps(dict(path=written.path, sha1=written.sha1, **written.protocol)),
           flush=True)
@@ -101,7 +101,8 @@ def _main() -> int:
     exp, path = common.restore_run(model_dir, FLAGS.checkpoint)
     out_dir = (model_dir_lib.resolve(FLAGS.eval_dir) if FLAGS.eval_dir
                else os.path.join(model_dir, "eval"))
-    # BigGAN's distances to the data, or pix2pix's to its targets (train/families.py).
+    # What the run's GAN family measures (paragan_tf/families/): BigGAN's distances to the
+    # data, pix2pix's to its targets.
     evaluator = exp.family.evaluator(experiment.eval_subject(exp), out_dir)
     writer = tf.summary.create_file_writer(out_dir)
     saver = checkpoints.Checkpointer(model_dir, max_to_keep=1000, **exp.trackables())

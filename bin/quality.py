@@ -31,6 +31,7 @@ from absl import flags
 from absl import logging
 
 import common  # first: quiets TensorFlow's start-up (see quiet_startup.py)
+from paragan_tf import families
 from paragan_tf.data import config as data_config
 from paragan_tf.data import pipeline
 from paragan_tf.eval import classifier
@@ -117,6 +118,11 @@ def _main() -> int:
     classifier_dir, run_dir = os.path.join(out, "classifier"), os.path.join(out, "run")
     bindings = FLAGS.gin_bindings + [f"eval.classifier_path = '{classifier_dir}'"]
     experiment.parse(FLAGS.gin_file, bindings, finalize=False)
+    family = families.family_class(experiment.Settings.read().model.family)
+    if not family.class_conditional:
+        common.fail(f"bin/quality.py measures class-conditional samples (FCD, conditional "
+                    f"accuracy); the GAN family {family.name!r} ({family.data_kind}) draws "
+                    f"none: evaluate its runs with bin/eval.py")
     info = _classifier(classifier_dir)
     exp = experiment.build()
     subject = experiment.eval_subject(exp)

@@ -1,48 +1,56 @@
-"""Writes a PNG grid from the newest checkpoint's EMA generator: one row per class.
+"""Writes a PNG grid from the newest checkpoint's EMA generator, as the run's GAN family
+draws it (paragan_tf/families/).
 
     python bin/sample.py --model_dir=runs/default --truncation=1.0
     python bin/sample.py --model_dir=runs/per_class   # a per-class run's root
     python bin/sample.py --model_dir=runs/default --mode=latent_interpolation
     python bin/sample.py --model_dir=runs/default --mode=class_interpolation --classes=0,5,9
+    python bin/sample.py --model_dir=runs/pix2pix --pairs=16
 
-Modes: grid (rows = classes, the same latents in every row), latent_interpolation
-(rows = classes, columns walk from one latent to another), class_interpolation
-(rows = consecutive pairs of --classes, a fixed latent per row, the conditioning
-moving from the first class to the second). --per_class sets the columns.
+BigGAN's modes: grid (rows = classes, the same latents in every row), latent_interpolation
+(rows = classes, columns walk from one latent to another), class_interpolation (rows =
+consecutive pairs of --classes, a fixed latent per row, the conditioning moving from the
+first class to the second); --per_class sets the columns. For a per-class run
+(bin/launch_local.py --mode=per_class) --model_dir is the root holding group_*/ folders:
+each class's row comes from the generator that trained on it.
 
-The run's own operative_config.gin (written by bin/train.py) describes the
-models; extra --gin_file/--gin_bindings are applied after it. For a per-class
-run (bin/launch_local.py --mode=per_class) --model_dir is the root holding
-group_*/ folders: each class's row comes from the generator that trained on it.
+pix2pix: the first --pairs validation pairs (those its evaluation reads), a row each:
+input | output | target, G in the run's test mode (pix2pix.test_mode).
+
+A flag the run's family does not take is refused by name. The run's own
+operative_config.gin (written by bin/train.py) describes the models; extra
+--gin_file/--gin_bindings are applied after it.
 """
 
 from __future__ import annotations
 
 import glob
 import os
-from typing import List, Tuple
+from typing import Iterator, List
 
 from absl import app
 from absl import flags
 from absl import logging
-import numpy as np
 
 import common
 from paragan_tf.generate import images
-from paragan_tf.generate import sampling
 
 FLAGS = flags.FLAGS
 common.define_gin_flags()
-flags.DEFINE_enum("mode", "grid", ["grid", "latent_interpolation", "class_interpolation"],
-                  "What to draw (see above).")
+flags.DEFINE_string("mode", "grid", "BigGAN: grid, latent_interpolation or "
+                    "class_interpolation (see above).")
 flags.DEFINE_string("output", None,
                     "PNG path; default <model_dir>/samples/sample.png (grid) or <mode>.png.")
-flags.DEFINE_float("truncation", 0.0, "Truncation threshold for z (0: none).")
-flags.DEFINE_integer("per_class", 10, "Samples per class (grid columns).")
-flags.DEFINE_list("classes", None, "Class ids for the rows; default: all (up to 10).")
-flags.DEFINE_integer("seed", 0, "Seed of the latents.")
-flags.DEFINE_integer("standing_stats_batches", 8,
-                     "Batches for fresh BN statistics of the EMA generator (0: keep stored).")
+flags.DEFINE_float("truncation", 0.0, "BigGAN: truncation threshold for z (0: none).")
+flags.DEFINE_integer("per_class", 10, "BigGAN: samples per class (grid columns).")
+flags.DEFINE_list("classes", None, "BigGAN: class ids for the rows; default: all (up to 10).")
+flags.DEFINE_integer("seed", 0, "Seed of the latents (pix2pix: of the paper mode's dropout).")
+flags.DEFINE_integer("standing_stats_batches", 8, "BigGAN: batches for fresh BN statistics "
+                     "of the EMA generator (0: keep stored).")
+flags.DEFINE_integer("pairs", 8, "pix2pix: validation pairs in the grid, a row each.")
+# What the families read; --output, --model_dir and the gin flags are the binary's own.
+FAMILY_FLAGS = ("mode", "truncation", "per_class", "classes", "seed",
+                "standing_stats_batches", "pairs")
 
 
 def _run_dirs(model_dir: str) -> List[str]:
@@ -56,67 +64,24 @@ def _run_dirs(model_dir: str) -> List[str]:
     return groups
 
 
-def _wanted(num_classes: int) -> List[int]:
-    wanted = ([int(c) for c in FLAGS.classes] if FLAGS.classes
-              else sampling.default_classes(num_classes))
-    bad = [c for c in wanted if not 0 <= c < num_classes]
-    if bad:
-        common.fail(f"--classes {bad} out of range [0, {num_classes})")
-    return wanted
-
-
-def _refresh(exp) -> None:
-    if FLAGS.standing_stats_batches:
-        sampling.refresh_bn_statistics(exp.generator_ema, exp.source.num_classes,
-                                       FLAGS.standing_stats_batches, classes=exp.classes)
-
-
-def _grid(run_dirs: List[str]) -> Tuple[np.ndarray, int]:
-    """Class rows, each from the run (of a per-class root) that trained that class."""
-    rows, wanted = {}, None
-    for run_dir in run_dirs:
-        exp, _ = common.restore_run(run_dir)
-        wanted = wanted or _wanted(exp.source.num_classes)
-        mine = [c for c in wanted if c in exp.classes and c not in rows]
-        if not mine:
-            continue
-        _refresh(exp)
-        samples = sampling.class_samples(exp.generator_ema, mine, FLAGS.per_class, FLAGS.seed,
-                                         FLAGS.truncation or None)
-        for i, c in enumerate(mine):
-            rows[c] = samples[i * FLAGS.per_class:(i + 1) * FLAGS.per_class]
-    missing = [c for c in wanted if c not in rows]
-    if missing:
-        common.fail(f"no run under {FLAGS.model_dir} trained classes {missing}")
-    return np.concatenate([rows[c] for c in wanted]), len(wanted)
-
-
-def _interpolation(run_dirs: List[str]) -> Tuple[np.ndarray, int]:
-    if len(run_dirs) > 1:
-        common.fail(f"--mode={FLAGS.mode} needs a single run; {FLAGS.model_dir} is a per-class "
-                    "root with one generator per group (pass one group_*/ folder)")
-    exp, _ = common.restore_run(run_dirs[0])
-    wanted = _wanted(exp.source.num_classes)
-    _refresh(exp)
-    truncation = FLAGS.truncation or None
-    if FLAGS.mode == "latent_interpolation":
-        return sampling.latent_interpolation(exp.generator_ema, wanted, FLAGS.per_class,
-                                             FLAGS.seed, truncation), len(wanted)
-    pairs = list(zip(wanted, wanted[1:]))
-    if not pairs:
-        common.fail("--mode=class_interpolation needs at least two --classes")
-    return sampling.class_interpolation(exp.generator_ema, pairs, FLAGS.per_class, FLAGS.seed,
-                                        truncation), len(pairs)
+def _subjects(run_dirs: List[str], first) -> Iterator:
+    """The runs as eval subjects, the first already restored, the others as they are read."""
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    yield experiment.eval_subject(first)
+    for run_dir in run_dirs[1:]:
+        yield experiment.eval_subject(common.restore_run(run_dir)[0])
 
 
 def _main() -> int:
     model_dir = common.model_dir()
     run_dirs = _run_dirs(model_dir)
-    samples, rows = (_grid if FLAGS.mode == "grid" else _interpolation)(run_dirs)
+    first, _ = common.restore_run(run_dirs[0])
+    options = {name: FLAGS[name].value for name in FAMILY_FLAGS if FLAGS[name].present}
+    samples, rows = first.family.sample(_subjects(run_dirs, first), options)
     name = "sample.png" if FLAGS.mode == "grid" else f"{FLAGS.mode}.png"
     output = FLAGS.output or os.path.join(model_dir, "samples", name)
     images.write_png(output, images.grid(samples, rows=rows))
-    logging.info("%s: %s", FLAGS.mode, output)
+    logging.info("%s (%s): %s", first.family.name, FLAGS.mode, output)
     print(output, flush=True)
     return 0
 

@@ -1,4 +1,4 @@
-"""Trains a GAN (BigGAN on labelled images, pix2pix on pairs: train/families.py) under the
+"""Trains a GAN (BigGAN on labelled images, pix2pix on pairs: paragan_tf/families/) under the
 strategy the gin config selects.
 
     python bin/train.py --model_dir=runs/x --gin_file=gin/mnist_default.gin \

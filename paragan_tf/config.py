@@ -47,6 +47,10 @@ def parse(gin_files: Sequence[str], gin_bindings: Sequence[str], finalize: bool 
             e.filename
         raise ConfigError(f"gin config: {e.msg} ({where}, line {e.lineno}: "
                           f"{(e.text or '').strip()})") from None
+    except ImportError as e:  # a gin file's `import` line (a family of a user's own)
+        raise ConfigError(f"gin config: {source} (or a file it includes): "
+                          f"{str(e).splitlines()[0]}; put the module's folder on PYTHONPATH "
+                          f"or install it") from None
     except (ValueError, KeyError, IOError) as e:
         raise ConfigError(f"gin config: {_one_line(e)}") from None
 

@@ -49,7 +49,7 @@ _FILE_SECONDS = {
     "e2e/test_binaries.py": 220, "eval/test_inception.py": 190, "e2e/test_readme.py": 160,
     "e2e/test_crash_resume.py": 160, "benchmarks/test_time_to_quality.py": 145,
     "eval/test_evaluator.py": 120, "layout/test_tuning.py": 120, "scale/test_plan.py": 100,
-    "train/test_sweep.py": 90, "train/test_sync_trainer.py": 80, "models/test_biggan.py": 75,
+    "train/test_sweep.py": 90, "train/test_sync_trainer.py": 80, "families/test_biggan_networks.py": 75,
     "train/test_model_dir.py": 70, "benchmarks/test_step.py": 65,
     "train/test_async_trainer.py": 60, "data/test_pipeline.py": 60,
     "train/test_checkpoints.py": 55, "benchmarks/test_input.py": 55,
@@ -65,6 +65,7 @@ _FILE_SECONDS = {
     "e2e/test_model_parallel.py": 250, "distribute/test_sharded_adam.py": 130,
     "benchmarks/test_model_parallel.py": 60, "train/test_pix2pix_training.py": 110,
     "benchmarks/test_pix2pix_study.py": 40, "e2e/test_pix2pix_multi_worker.py": 25,
+    "e2e/test_family_plugin.py": 60,
 }
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import glob
 import os
+import re
 
 from tests.helpers.repo import REPO
 
@@ -22,6 +23,7 @@ LAYERS = [
     {"paragan_tf.objective"},
     {"paragan_tf.generate"},
     {"paragan_tf.eval"},
+    {"paragan_tf.families"},
     # The layout package's tuner builds and times the training step itself; the scale
     # package's `built` builds experiments to plan them.
     {"paragan_tf.train", "paragan_tf.layout.candidates", "paragan_tf.layout.timing",
@@ -93,3 +95,44 @@ def test_every_module_is_short():
     long = {module: n for module, path in _modules()
             if (n := len(open(path).read().splitlines())) > MAX_LINES}
     assert long == {}
+
+
+# Reading gin's bindings: train/settings.py alone does (paragan_tf/config.py parses).
+GIN_READS = re.compile(r"\bgin\.(query_parameter|get_bindings|config_str|operative_config_str|"
+                       r"config_scope)\b")
+# Asking which GAN family a run trains: a family's name as a string, or the data's pairing.
+FAMILY_DECISIONS = re.compile(r"""["'](biggan|pix2pix)["']|\.paired\b""")
+
+
+def _python_files(*folders: str):
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(REPO, folder, "**", "*.py"), recursive=True)):
+            yield os.path.relpath(path, REPO), open(path).read()
+
+
+def offending(files, pattern, allowed) -> list:
+    """'path:line: text' of every line of `files` ((path, text)) matching `pattern`, but in
+    the `allowed` paths or folders."""
+    return [f"{path}:{n}: {line.strip()}" for path, text in files
+            if not path.startswith(tuple(allowed))
+            for n, line in enumerate(text.splitlines(), 1) if pattern.search(line)]
+
+
+def test_gin_is_read_in_the_settings_module_alone():
+    assert offending(_python_files("paragan_tf", "bin"), GIN_READS,
+                     ["paragan_tf/train/settings.py"]) == []
+
+
+def test_no_module_outside_the_families_asks_which_family_a_run_trains():
+    """Data know whether they are pairs (data/); the families decide what that means."""
+    assert offending(_python_files("paragan_tf", "bin"), FAMILY_DECISIONS,
+                     ["paragan_tf/families/", "paragan_tf/data/", "bin/prepare_dataset.py"]
+                     ) == []
+
+
+def test_a_gin_read_and_a_family_decision_are_found():
+    """The negative controls of the two tests above."""
+    files = [("paragan_tf/layout/bad.py", "x = gin.query_parameter('Generator.ch')\n"
+              "if family.name == 'pix2pix':\n    pass\nif source.paired:\n    pass\n")]
+    assert len(offending(files, GIN_READS, ["paragan_tf/train/settings.py"])) == 1
+    assert len(offending(files, FAMILY_DECISIONS, ["paragan_tf/families/"])) == 2

@@ -34,7 +34,7 @@ def test_gin_file_parses_and_builds(path):
     files = (["gin/tiny.gin", path] if path.startswith(("gin/layouts/", "gin/policies/"))
              else [path])
     # D ch 8: self-attention needs 8 channels (the paper configs attend at 64 px). Each family
-    # takes only its own networks' bindings (train/families.py), and a pix2pix file names them.
+    # takes only its own networks' bindings (families/contract.py), and a pix2pix file names them.
     with open(os.path.join(REPO, path)) as f:
         pix2pix = "Pix2PixGenerator." in f.read()
     widths = (["Pix2PixGenerator.ch = 4", "PatchDiscriminator.ch = 4"] if pix2pix

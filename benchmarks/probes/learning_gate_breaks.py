@@ -6,7 +6,8 @@
 Variants (the gate, tests/e2e/test_learning_gate.py, must fail on each; it prints the
 values it checks):
 - `swap_logits`: D's loss takes the real logits for the fake ones and back, as if
-  step.py had them swapped (G's loss is left as it is);
+  step.py had them swapped (G's loss is left as it is), in the loss pair the step's
+  objective uses (the run's BigGAN objective, families/biggan/objective.py);
 - `freeze_g`: G's learning rate set to 0 after building: G never learns;
 - `freeze_d`: D's learning rate set to 0: a D that learns nothing, which a check
   without a margin can pass by chance.
@@ -53,7 +54,9 @@ def pytest_configure(config):
     def broken_build(*args, **kwargs):
         exp = build(*args, **kwargs)
         if variant == "swap_logits":
-            exp.loss_fn = _swapped(exp.loss_fn)
+            from paragan_tf.objective import losses
+            loss = exp.objective.loss
+            exp.objective.loss = losses.LossPair(_swapped(loss.fn), loss.pairs_real)
         else:
             optimizer = exp.g_optimizer if variant == "freeze_g" else exp.d_optimizer
             optimizer.learning_rate = _zero_rate()

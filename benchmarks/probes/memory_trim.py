@@ -4,7 +4,7 @@ tf_keras' `clear_session()`, then after glibc's `malloc_trim(0)` (which returns 
 pages to the system). What the last number keeps is memory something still holds.
 
     PYTHONPATH=. .venv/bin/python -m pytest -p no:xdist -p benchmarks.probes.memory_trim -s \
-        tests/models/test_biggan.py tests/eval/test_inception.py \
+        tests/families/test_biggan_networks.py tests/eval/test_inception.py \
         tests/distribute/test_sharded_adam.py | grep '^MEM'
 
 (2026-11-29, Intel Xeon family 6 model 106, in that file order after the start order:

@@ -30,7 +30,10 @@ class DatasetConfig:
       fit: how images reach `resolution`: "pad" (centre, pad with black),
         "resize" (centre-crop to square, then area-resize), or "auto" (pad
         when smaller, resize otherwise).
-      random_flip: random horizontal flips.
+      random_flip: random horizontal flips (of both halves of a pair alike).
+      jitter_size: resize each training image to this side (bicubic), then crop a random
+        `resolution` square out of it (both halves of a pair alike): pix2pix's random
+        jitter, 286 for 256 px; 0: none.
       shuffle_buffer: examples in the shuffle buffer.
       download: allow TFDS to download (never possible on air-gapped machines).
       skip_corrupt: image folders checked in full at start-up: train without
@@ -57,6 +60,7 @@ class DatasetConfig:
     resolution: int = 32
     fit: str = "auto"
     random_flip: bool = False
+    jitter_size: int = 0
     shuffle_buffer: int = 10_000
     download: bool = False
     skip_corrupt: bool = False
@@ -79,6 +83,9 @@ class DatasetConfig:
         if self.direction not in DIRECTIONS:
             raise ConfigError(f"dataset.direction={self.direction!r} must be one of "
                               f"{DIRECTIONS}")
+        if self.jitter_size and self.jitter_size < self.resolution:
+            raise ConfigError(f"dataset.jitter_size={self.jitter_size} must be 0 (none) or at "
+                              f"least dataset.resolution={self.resolution}")
         if self.per_class_limit < 0:
             raise ConfigError(f"dataset.per_class_limit={self.per_class_limit} must be >= 0 "
                               f"(0: every example)")

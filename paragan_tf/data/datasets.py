@@ -47,6 +47,10 @@ FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", 
 # image_folder's scan_images='auto' decodes every file at start-up up to this many
 # (about 10 s on 2 cores at 64 px); larger folders are checked as the run reads them.
 FULL_SCAN_LIMIT = 20_000
+# What a source holds (Source.kind): each kind has a GAN family that trains it by default
+# (paragan_tf/families/registry.py).
+LABELLED = "labelled images"
+PAIRS = "pairs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +78,11 @@ class Source:
     prepared: Optional[records_lib.Records] = None
     # Each example an input and its target side by side, [h, 2w, c] (data/paired.py).
     paired: bool = False
+
+    @property
+    def kind(self) -> str:
+        """LABELLED or PAIRS: what each example is."""
+        return PAIRS if self.paired else LABELLED
 
     def shard(self, split: str, num_shards: int, index,
               parallel: Optional[int] = tf.data.AUTOTUNE) -> tf.data.Dataset:
@@ -358,6 +367,17 @@ def names() -> list:
     """Registered dataset names (plus the open-ended `tfds:NAME`)."""
     from paragan_tf.data import paired  # pylint: disable=import-outside-toplevel
     return sorted(list(_REGISTRY) + list(paired.NAMES)) + ["tfds:NAME"]
+
+
+def kind_of(name: str, data_dir: Optional[str] = None) -> str:
+    """What the source `name` holds (LABELLED or PAIRS; Source.kind) without loading it:
+    a prepared dataset's manifest says (ConfigError when there is none)."""
+    from paragan_tf.data import paired  # pylint: disable=import-outside-toplevel
+    if name in paired.NAMES:
+        return PAIRS
+    if name == "records" and data_dir:
+        return PAIRS if records_lib.Manifest.load(data_dir).paired else LABELLED
+    return LABELLED
 
 
 def get_source(name: str, **options) -> Source:

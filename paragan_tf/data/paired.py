@@ -17,6 +17,8 @@ Names:
   fashion_mnist_edges  Fashion-MNIST (Debian's package) with its edges as the input:
   mnist5k_edges        MNIST (the embedded default) likewise; built in memory from the
                        installed data, nothing to download or prepare
+  synthetic_pairs      random images beside their mirror images (timing a step whose
+                       data is elsewhere: train/experiment.py's stand-in)
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from paragan_tf.data import datasets
 from paragan_tf.data import image_files
 from paragan_tf.errors import ConfigError
 
-NAMES = ("pix2pix_folder", "fashion_mnist_edges", "mnist5k_edges")
+NAMES = ("pix2pix_folder", "fashion_mnist_edges", "mnist5k_edges", "synthetic_pairs")
 CLASS_NAMES = ("pairs",)
 # An edge is where the Sobel gradient's magnitude exceeds this fraction of its largest
 # possible value (a step from 0 to 255): the outline and the strong inner lines of a
@@ -130,9 +132,21 @@ def _pix2pix_folder(data_dir: Optional[str] = None, channels: int = 0,
                            paired=True)
 
 
+def _synthetic_pairs(channels: int = 0, **_) -> datasets.Source:
+    base = datasets.get_source("synthetic", channels=channels, num_classes=1)
+
+    def make(split: str) -> tf.data.Dataset:
+        return base.make(split).map(
+            lambda image, label: (tf.concat([image, image[:, ::-1]], axis=1), label))
+    return dataclasses.replace(base, name="synthetic_pairs", make=make,
+                               class_names=CLASS_NAMES, paired=True)
+
+
 def get_source(name: str, **options) -> datasets.Source:
     if name == "pix2pix_folder":
         return _pix2pix_folder(**options)
+    if name == "synthetic_pairs":
+        return _synthetic_pairs(**options)
     return _edges(name[:-len("_edges")], **options)
 
 

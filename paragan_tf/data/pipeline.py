@@ -143,6 +143,13 @@ def fit_pair(pair: tf.Tensor, resolution: int, fit: str) -> tf.Tensor:
                      axis=-1)
 
 
+def jitter(image: tf.Tensor, size: int, key: tf.Tensor) -> tf.Tensor:
+    """[r, r, c] resized to `size`, cropped back to a random [r, r, c]: pix2pix's jitter."""
+    resized = tf.image.resize(image, [size, size], method="bicubic")
+    return tf.clip_by_value(tf.image.stateless_random_crop(resized, tf.shape(image), key),
+                            -1.0, 1.0)
+
+
 def keep_classes(ds: tf.data.Dataset, classes: Optional[Sequence[int]],
                  num_classes: int) -> tf.data.Dataset:
     """(image, label) examples of `classes` only; all of them when classes is None or all."""
@@ -312,15 +319,20 @@ def real_input_fn(source: datasets.Source, config: data_config.DatasetConfig, gl
                 ds = ds.cache()
             ds = ds.shuffle(config.shuffle_buffer, seed=shuffle_seed,
                             reshuffle_each_iteration=True).repeat()
-        if config.random_flip:
-            # Stateless, keyed by the example's position: the same flips on a replay.
-            flip_seed = seed + ctx.input_pipeline_id
+        if config.random_flip or config.jitter_size:
+            # Stateless, keyed by the example's position: the same on a replay.
+            key_seed = seed + ctx.input_pipeline_id
 
-            def flip(index, example):
+            def moved(index, example):
                 image, label = example
-                key = tf.stack([tf.constant(flip_seed, tf.int64), index])
-                return tf.image.stateless_random_flip_left_right(image, key), label
-            ds = ds.enumerate(start=first_index).map(flip, num_parallel_calls=parallel,
+                key = tf.stack([tf.constant(key_seed, tf.int64), index])
+                if config.jitter_size:
+                    image = jitter(image, config.jitter_size,
+                                   tf.random.experimental.stateless_fold_in(key, 1))
+                if config.random_flip:
+                    image = tf.image.stateless_random_flip_left_right(image, key)
+                return image, label
+            ds = ds.enumerate(start=first_index).map(moved, num_parallel_calls=parallel,
                                                      deterministic=True)
         ds = ds.batch(batch, drop_remainder=True)
         if done:

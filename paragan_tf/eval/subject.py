@@ -1,7 +1,9 @@
-"""What an evaluation reads of a trained run: its networks, its data and its strategy.
+"""What an evaluation, a sample grid, a translation or an export reads of a trained run:
+its networks, its data, its strategy and a few of its settings.
 
 train/experiment.py makes one of an Experiment (`experiment.eval_subject`); the
-evaluator (eval/evaluator.py) sees these objects only, never the Experiment above it.
+evaluators and the GAN families' after-training methods (paragan_tf/families/contract.py)
+see these objects only, never the Experiment above them.
 """
 
 from __future__ import annotations
@@ -26,3 +28,5 @@ class Subject:
     generator_ema: keras.Model  # what is evaluated
     discriminator: keras.Model  # for the D-logit-gap probe
     eval_config: EvalConfig  # the run's evaluation settings (the default protocol)
+    batch_size: int = 64  # the run's global batch (sample grids keep to it)
+    seed: int = 0  # the run's seed (sample grids' latents)

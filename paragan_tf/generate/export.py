@@ -18,6 +18,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 INFO_FILE = "generator.json"
+SIGNATURE = "serving_default(z, labels) -> {images}"
 
 
 def export_generator(generator: keras.Model, path: str, info: dict) -> str:
@@ -35,7 +36,7 @@ def export_generator(generator: keras.Model, path: str, info: dict) -> str:
     tf.saved_model.save(module, path, signatures={"serving_default": serve})
     size = generator.resolution
     facts = dict(info, dim_z=generator.dim_z, num_classes=generator.num_classes,
-                 resolution=size, signature="serving_default(z, labels) -> {images}")
+                 resolution=size, signature=SIGNATURE)
     with open(os.path.join(path, INFO_FILE), "w") as f:
         json.dump(facts, f, indent=1, sort_keys=True)
     return path

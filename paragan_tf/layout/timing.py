@@ -21,7 +21,6 @@ import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-import gin
 
 from paragan_tf.layout import rules as layout_lib
 from paragan_tf.errors import ConfigError
@@ -217,10 +216,11 @@ def cost(startup: float, children: int) -> float:
 
 
 @contextlib.contextmanager
-def parsed_config_file():
-    """The parsed gin config as a file, for the children to parse as they are."""
+def parsed_config_file(text: str):
+    """The parsed gin config (`text`: train/settings.py's Settings.parsed) as a file, for the
+    children to parse as they are."""
     with tempfile.NamedTemporaryFile("w", suffix=".gin") as f:
-        f.write(gin.config_str())
+        f.write(text)
         f.flush()
         yield f.name
 

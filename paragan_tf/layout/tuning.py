@@ -40,10 +40,9 @@ import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from absl import logging
-import gin
 import tensorflow as tf
 
-from paragan_tf.data import pipeline
+from paragan_tf import families
 from paragan_tf.layout import rules as layout_lib
 from paragan_tf.layout.choice import Choice
 from paragan_tf.layout import cache as layout_cache
@@ -51,38 +50,28 @@ from paragan_tf.layout import env as layout_env
 from paragan_tf.layout import candidates as layout_candidates
 from paragan_tf.layout import timing as layout_timing
 from paragan_tf.scale import devices as devices_lib
-from paragan_tf.train import families
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")
 TUNE_ENV = layout_timing.TUNE_ENV
 
 
 def step_shape(settings, precision: str) -> Dict[str, object]:
-    """What the step's speed depends on, beside the hardware and TensorFlow's version."""
+    """What the step's speed depends on, beside the hardware and TensorFlow's version: the
+    shared shape and what identifies the run's GAN family's networks (its
+    `cache_identity`)."""
     cfg = settings.train
+    family = families.family_class(settings.model.family)(settings.model.options)
     return dict(resolution=settings.data.resolution, batch_size=cfg.batch_size,
                 d_steps=cfg.d_steps, accumulation=cfg.accumulation,
                 recompute=cfg.recompute, precision=precision,
                 strategy=settings.strategy.kind,
-                generator_ch=settings.model.generator_ch,
-                discriminator_ch=settings.model.discriminator_ch, dim_z=settings.model.dim_z,
                 # Which input-gradient penalties run and how often, not their weights:
                 # a sweep over R1's strength is one step shape, tuned once.
                 penalties=dict(r1=settings.penalties.r1_gamma > 0,
                                r2=settings.penalties.r2_gamma > 0,
                                every=settings.penalties.lazy_interval),
                 augment=bool(settings.augment.transforms or settings.augment.ada_target),
-                **_pix2pix(settings))
-
-
-def _pix2pix(settings) -> Dict[str, object]:
-    """A pix2pix step's family and networks' bindings (BigGAN's widths are above; its keys
-    stay as they were)."""
-    if not pipeline.load_source(settings.data, check=False).paired:
-        return {}
-    bound = {f"{name}.{k}": v for name in families.CONFIGURABLES["pix2pix"]
-             for k, v in gin.get_bindings(name).items()}
-    return dict(family="pix2pix", networks=dict(sorted(bound.items())))
+                **family.cache_identity(settings))
 
 
 def pinned(pins: Dict[str, str], strategy) -> Dict[str, object]:
@@ -137,7 +126,7 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
         progress(f"layout tuning: {note}")
     record = dict(stages=[], notes=notes)
     at_once = max(1, min(hardware.cores, layout_lib.usable_cores()))
-    with layout_timing.parsed_config_file() as config_file:
+    with layout_timing.parsed_config_file(settings.parsed) as config_file:
         winner = stage[0]
         if len(stage) > 1:
             progress(f"layout tuning: timing {len(stage)} candidates of this step, "

@@ -1,0 +1,9 @@
+"""The networks' building blocks (layers, recompute), shared by every GAN family."""
+
+import tf_keras as keras
+
+
+def count_trainable(model: keras.Model) -> int:
+    """Number of trainable scalars of a built model (from the variables' static shapes, so
+    models built in a throwaway graph, whose initialisers never ran, count too)."""
+    return int(sum(v.shape.num_elements() for v in model.trainable_variables))

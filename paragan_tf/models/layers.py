@@ -37,12 +37,15 @@ class Numerics:
     bn_epsilon: added to the batch variance (reference BN_eps, default 1e-5).
     sn_epsilon: floor of the norms in the spectral-norm power iteration
       (reference SN_eps, default 1e-12; its ImageNet scripts use 1e-6).
+    bn_unbiased: BN's moving variance follows the batch variance times n / (n - 1), as
+      torch's BatchNorm2d (pix2pix's reference); False: the batch variance itself.
     """
 
     init: str = "ortho"
     embedding_init: str = "init"
     bn_epsilon: float = 1e-5
     sn_epsilon: float = 1e-12
+    bn_unbiased: bool = False
 
     def __post_init__(self):
         if self.init not in INITS:
@@ -136,9 +139,7 @@ class SNConv2D(SpectralNormalized):
 
     def __init__(self, filters: int, kernel_size: int = 3, use_bias: bool = True, **kwargs):
         super().__init__(**kwargs)
-        self.filters = filters
-        self.kernel_size = kernel_size
-        self.use_bias = use_bias
+        self.filters, self.kernel_size, self.use_bias = filters, kernel_size, use_bias
 
     def build(self, input_shape):
         self._build_kernel((self.kernel_size, self.kernel_size, int(input_shape[-1]),
@@ -158,8 +159,7 @@ class SNDense(SpectralNormalized):
 
     def __init__(self, units: int, use_bias: bool = True, **kwargs):
         super().__init__(**kwargs)
-        self.units = units
-        self.use_bias = use_bias
+        self.units, self.use_bias = units, use_bias
 
     def build(self, input_shape):
         self._build_kernel((int(input_shape[-1]), self.units), self.use_bias)
@@ -178,8 +178,7 @@ class SNEmbedding(SpectralNormalized):
 
     def __init__(self, num_classes: int, dim: int, **kwargs):
         super().__init__(**kwargs)
-        self.num_classes = num_classes
-        self.dim = dim
+        self.num_classes, self.dim = num_classes, dim
 
     def build(self, input_shape):
         self.embeddings = self.add_weight(
@@ -249,16 +248,16 @@ class ConditionalBatchNorm(keras.layers.Layer):
         super().build(input_shape)
 
     def _batch_moments(self, x):
-        axes = [0, 1, 2]
+        """(mean, variance, the count of values per channel): the global batch's with sync."""
+        axes, count = [0, 1, 2], tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
         ctx = tf.distribute.get_replica_context()
         if self.sync and ctx is not None and ctx.num_replicas_in_sync > 1:
-            count = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
             s, ss, n = ctx.all_reduce(
                 tf.distribute.ReduceOp.SUM,
                 [tf.reduce_sum(x, axes), tf.reduce_sum(tf.square(x), axes), count])
             mean = s / n
-            return mean, tf.maximum(ss / n - tf.square(mean), 0.0)
-        return tf.nn.moments(x, axes)
+            return mean, tf.maximum(ss / n - tf.square(mean), 0.0), n
+        return (*tf.nn.moments(x, axes), count)
 
     def _affine(self, condition, training):
         if self.conditioning == "none":
@@ -278,10 +277,11 @@ class ConditionalBatchNorm(keras.layers.Layer):
         out_dtype = self.op_dtype
         x = tf.cast(x, tf.float32)
         if training:
-            mean, var = self._batch_moments(x)
+            mean, var, n = self._batch_moments(x)
             m = self.momentum
+            moved = var * n / tf.maximum(n - 1.0, 1.0) if self.numerics.bn_unbiased else var
             self.moving_mean.assign(m * self.moving_mean + (1.0 - m) * mean)
-            self.moving_variance.assign(m * self.moving_variance + (1.0 - m) * var)
+            self.moving_variance.assign(m * self.moving_variance + (1.0 - m) * moved)
         else:
             mean, var = self.moving_mean, self.moving_variance
         gain, bias = self._affine(condition, training)

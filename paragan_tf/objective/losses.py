@@ -3,11 +3,13 @@
 Every function returns per-example losses (shape [batch]); the step function
 reduces them with `tf.nn.compute_average_loss` over the *global* batch, which is
 what keeps gradients identical across replica counts. The math comes from
-tensorflow-gan through `tfgan_compat`, with reduction NONE.
+tensorflow-gan through `tfgan_compat`, with reduction NONE. `loss()` hands the chosen
+function on as a LossPair, which says whether it pairs G's images with real ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable, Tuple
 
 import gin
@@ -61,10 +63,30 @@ def relativistic(real_logits: tf.Tensor, fake_logits: tf.Tensor, gen_logits: tf.
     return d, g
 
 
-relativistic.pairs_real = True  # G's update needs real logits (train/step.py)
+# Losses whose G term reads D's logits of real partners (G's update takes a real batch).
+PAIRS_REAL = (relativistic,)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossPair:
+    """A loss function as a step uses it: D's and G's per-example terms, and whether G's
+    term pairs G's images with real ones (`pairs_real`: G's update reads a real batch)."""
+
+    fn: LossFn
+    pairs_real: bool = False
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__name__", repr(self.fn))
+
+    def d(self, real_logits: tf.Tensor, fake_logits: tf.Tensor) -> tf.Tensor:
+        return self.fn(real_logits, fake_logits, fake_logits)[0]
+
+    def g(self, real_logits: tf.Tensor, gen_logits: tf.Tensor) -> tf.Tensor:
+        return self.fn(real_logits, gen_logits, gen_logits)[1]
 
 
 @gin.configurable
-def loss(fn: LossFn = hinge) -> LossFn:
+def loss(fn: LossFn = hinge) -> LossPair:
     """The loss pair chosen in gin: `loss.fn = @non_saturating`."""
-    return fn
+    return LossPair(fn, pairs_real=fn in PAIRS_REAL)

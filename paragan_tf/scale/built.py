@@ -21,9 +21,8 @@ import tensorflow as tf
 
 from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
-from paragan_tf.layout import rules as layout_lib
 from paragan_tf.layout import tuning as layout_tuning
-from paragan_tf.models import biggan
+from paragan_tf import models
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import measured
@@ -132,7 +131,7 @@ def plan_model(precisions: Sequence[str],
 
 def configured_precision() -> str:
     """layout.precision as the parsed gin config sets it ('auto' when it does not)."""
-    return layout_lib.LayoutConfig().precision
+    return experiment_lib.Settings.configured_precision()
 
 
 def model_of(exp: experiment_lib.Experiment, memory: Dict[str, memory_lib.Plan],
@@ -142,11 +141,12 @@ def model_of(exp: experiment_lib.Experiment, memory: Dict[str, memory_lib.Plan],
     return plan_lib.Model(
         precision=precision, memory=memory,
         flops=flops_lib.per_example(exp.generator, exp.discriminator),
-        g_params=biggan.count_trainable(exp.generator),
-        d_params=biggan.count_trainable(exp.discriminator),
+        g_params=models.count_trainable(exp.generator),
+        d_params=models.count_trainable(exp.discriminator),
         effective_batch=cfg.batch_size * cfg.accumulation, d_steps=cfg.d_steps,
         total_steps=cfg.total_steps,
         image_bytes=4 * exp.settings.data.resolution ** 2 * exp.source.channels,
+        reuses_fakes=exp.objective.reuses_fakes,
         g_blocks=tuple(exp.generator.block_shapes),
         d_blocks=tuple(exp.discriminator.block_shapes),
         g_block_costs=tuple(exp.generator.block_costs(mode_lib.PLAN_BATCH)),

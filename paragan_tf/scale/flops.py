@@ -8,11 +8,13 @@ update with k micro-batches of B examples per replica:
 
   D update  k * (G_fwd(B) + 3 * D_fwd(2B))       (fakes and reals: one D call, BigGAN's;
                                                  pix2pix's two on B each cost the same)
-  G update  k * (3 * G_fwd(B) + 2 * D_fwd(B))
+  G update  k * (3 * G_fwd(B) + 2 * D_fwd(B))     (2 * G_fwd(B) where the objective
+                                                 reuses the last D update's images:
+                                                 pix2pix's G runs once, its backward
+                                                 left)
 
-Each network says what a call of it takes (`call_inputs`), so both families count alike.
-
-and a train step is `d_steps` D updates and one G update. The step benchmark
+and a train step is `d_steps` D updates and one G update. Each network says what a call of
+it takes (`call_inputs`), so every family counts alike. The step benchmark
 (bin/bench.py --suite=step) divides this by the measured step time; the scale
 plan (scale/plan.py) by a device's peak.
 
@@ -61,10 +63,10 @@ class Forward:
     d_both: int  # D on fakes and reals together (its update's call)
     dominant_conv: Tuple[List[int], List[int]]
 
-    def train_step(self, d_steps: int, accumulation: int) -> int:
+    def train_step(self, d_steps: int, accumulation: int, reuses_fakes: bool = False) -> int:
         """One replica's FLOPs per train step (see the module doc)."""
-        k = accumulation
-        return d_steps * k * (self.g + 3 * self.d_both) + k * (3 * self.g + 2 * self.d)
+        k, g_update = accumulation, (2 if reuses_fakes else 3) * self.g
+        return d_steps * k * (self.g + 3 * self.d_both) + k * (g_update + 2 * self.d)
 
 
 def forward(generator, discriminator, batch: int) -> Forward:
@@ -83,7 +85,8 @@ def train_step_flops(exp) -> int:
     """One train step's FLOPs over all the replicas of a built experiment."""
     cfg, replicas = exp.settings.train, exp.strategy.num_replicas_in_sync
     count = forward(exp.generator, exp.discriminator, cfg.batch_size // replicas)
-    return count.train_step(cfg.d_steps, cfg.accumulation) * replicas
+    return count.train_step(cfg.d_steps, cfg.accumulation,
+                            exp.objective.reuses_fakes) * replicas
 
 
 @dataclasses.dataclass

@@ -104,8 +104,9 @@ class Model:
     d_steps: int
     total_steps: int
     image_bytes: int = 0  # one generated image in float32: what a split moves per example
+    reuses_fakes: bool = False  # G's update takes D's images (the objective's: FLOPs)
     # Per network, its blocks' (in channels, out channels, output side) and their
-    # estimated bytes at PLAN_BATCH examples (models/biggan.py): the stages' balance.
+    # estimated bytes at PLAN_BATCH examples (families/biggan/networks.py): the stages' balance.
     g_blocks: Tuple[tuple, ...] = ()
     d_blocks: Tuple[tuple, ...] = ()
     g_block_costs: Tuple[float, ...] = ()
@@ -230,7 +231,8 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
                     "model"])
         return row
     accumulation, micro, recompute = fitted
-    step_flops = model.flops.at(micro).train_step(model.d_steps, accumulation)
+    step_flops = model.flops.at(micro).train_step(model.d_steps, accumulation,
+                                                  model.reuses_fakes)
     if constants:  # the step's ops on this device (scale/step_model.py)
         compute = step_model_lib.seconds(constants[0], step_model_lib.Point(
             target, model.roofline[precision], micro, accumulation, model.d_steps,

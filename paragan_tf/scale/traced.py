@@ -1,7 +1,7 @@
 """The two updates of a train step as graphs, traced (nothing runs) as train/step.py
-computes them through the run's objective (objective/objectives.py: BigGAN's or
-pix2pix's): D's (G makes the fakes; D judges them beside the reals; D's gradients) and
-G's (G, then D on its images; G's gradients through D's input gradient), G's ops
+computes them through the run's objective (its GAN family's: paragan_tf/families/): D's
+(G makes the fakes; D judges them beside the reals; D's gradients) and G's (G, then D on
+its images; G's gradients through D's input gradient), G's ops
 labelled with one device and D's with another (as model_parallel.placement='split' would
 place them; the labels only name the ops). The memory plan replays them (scale/memory.py);
 the roofline costs their ops (scale/roofline.py).
@@ -45,8 +45,9 @@ def update_graphs(generator, discriminator, objective,
         with tf.device(SIDE_DEVICES["D"]):
             fakes = tf.stop_gradient(fakes)
             with tf.GradientTape() as tape:
-                real_logits, fake_logits, _ = objective.judge(discriminator, fakes, real, noise)
-                loss = tf.reduce_mean(objective.d_loss(real_logits, fake_logits))
+                real_logits, fake_logits, seen = objective.judge(discriminator, fakes, real,
+                                                                 noise)
+                loss = tf.reduce_mean(objective.d_loss(real_logits, fake_logits, seen, noise))
             return loss, tape.gradient(loss, discriminator.trainable_variables)
 
     def g_update(noise, real=None):

@@ -96,7 +96,7 @@ class Closures:
         def fill_closure(slot):
             # Noise of negative closure numbers: apart from every training closure's.
             z, labels = _noise(-1 - slot, g_seed, batch, dim_z, classes)
-            fakes = exp.generator((z, labels), training=True)
+            fakes = exp.objective.generate(exp.generator, None, (z, labels))
             return buffer.write(slot, fakes, labels, z, g_iterations.read_value())
 
         def schedule(round_index: int) -> list:

@@ -43,6 +43,7 @@ exact round boundaries every `train.checkpoint_every` rounds.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 import time
 from typing import Dict, Optional
@@ -53,6 +54,7 @@ import tensorflow as tf
 
 from paragan_tf.data import tuning
 from paragan_tf.distribute import cluster
+from paragan_tf.errors import ConfigError
 from paragan_tf.train import async_closures
 from paragan_tf.train import combinations
 from paragan_tf.train import config as config_lib
@@ -170,7 +172,13 @@ def check_settings(exp: experiment_lib.Experiment) -> None:
     """Refuses (train/combinations.py's parameter-server rows), or warns about, every setting
     the asynchronous trainer cannot honour."""
     cfg, options = exp.settings.train, exp.settings.async_train
-    combinations.refuse(exp.settings, "parameter_server", exp.loss_fn)
+    combinations.refuse(exp.settings, "parameter_server")
+    exp.family.refuse(dataclasses.replace(exp.settings, strategy=dataclasses.replace(
+        exp.settings.strategy, kind="parameter_server")))
+    if exp.objective.pairs_real or exp.objective.reuses_fakes:  # a family that did not refuse
+        raise ConfigError(f"strategy.kind='parameter_server' cannot train the GAN family "
+                          f"{exp.family.name!r} as it is set: its G update reads a real batch "
+                          f"or D's images, and an asynchronous G closure has neither")
     train_default = config_lib.defaults(config_lib.TrainConfig)
     ignored = {
         "train.steps_per_loop": (cfg.steps_per_loop, train_default["steps_per_loop"],

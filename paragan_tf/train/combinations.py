@@ -6,7 +6,8 @@ async_trainer.check_settings checks a run against the parameter-server rows befo
 docs/configuration.md shows the table as `table()` writes it (`python -m
 paragan_tf.train.combinations` prints it; tests/train/test_combinations.py holds the two equal).
 
-Not here: a bad value of one setting (its option object refuses it as it is made), what
+Not here: a bad value of one setting (its option object refuses it as it is made), what a
+GAN family does not take (its `refuse`: paragan_tf/families/contract.py), what
 needs the hardware or the built objects (distribute/model_parallel.py: a GPU count; the sharded
 optimizer's own refusals, listed in the table from its constants), the layout's
 (paragan_tf/layout/rules.py), and the input pipeline's, which is called without settings
@@ -27,8 +28,8 @@ PS = "parameter_server"
 
 @dataclasses.dataclass(frozen=True)
 class Rule:
-    """`setting` is refused under strategy.kind `kind` when `value(settings, loss_fn)` is
-    truthy: what the user set."""
+    """`setting` is refused under strategy.kind `kind` when `value(settings)` is truthy:
+    what the user set."""
 
     setting: str
     kind: str
@@ -36,54 +37,48 @@ class Rule:
     value: Callable[..., object]
     condition: str = ""  # another setting the refusal needs, as the message names it
 
-    def check(self, settings, strategy_kind: str, loss_fn) -> None:
+    def check(self, settings, strategy_kind: str) -> None:
         if strategy_kind != self.kind:
             return
-        value = self.value(settings, loss_fn)
+        value = self.value(settings)
         if value:
             where = self.condition or f"strategy.kind={strategy_kind!r}"
             raise ConfigError(f"{self.setting}={value!r} is not available "
                               f"{'with' if self.condition else 'under'} {where}: {self.why}")
 
 
-def _pairs_real(loss_fn) -> bool:
-    return bool(getattr(loss_fn, "pairs_real", False))
-
-
 RULES: List[Rule] = [
     Rule("train.max_minutes", "multi_worker_mirrored",
          "each worker's clock would pick its own last step; use train.total_steps",
-         lambda s, _: s.train.max_minutes),
+         lambda s: s.train.max_minutes),
     # Rematerialisation re-reads the variables in the backward pass: on parameter servers a
     # second round trip per block, and untested there.
     Rule("train.recompute", PS, "each block's backward would read its weights from the "
-         "parameter servers again; use a synchronous strategy", lambda s, _: s.train.recompute),
+         "parameter servers again; use a synchronous strategy", lambda s: s.train.recompute),
     Rule("train.accumulation", PS, "the buffer holds single batches; use a larger "
          "train.batch_size instead",
-         lambda s, _: s.async_train.mode == "sample_buffer" and s.train.accumulation > 1
+         lambda s: s.async_train.mode == "sample_buffer" and s.train.accumulation > 1
          and s.train.accumulation, condition="async_train.mode='sample_buffer'"),
     Rule("input_pipeline.service_workers", PS, "every worker already runs its own input "
-         "pipeline; set it to 0", lambda s, _: s.inputs.service_workers),
+         "pipeline; set it to 0", lambda s: s.inputs.service_workers),
     Rule("eval.every_steps", PS, "the coordinator has no replicas to generate on; evaluate "
-         "beside it with bin/eval.py --watch", lambda s, _: s.eval.every_steps),
+         "beside it with bin/eval.py --watch", lambda s: s.eval.every_steps),
     Rule("train.profile_steps", PS, "the steps run on the workers, the coordinator would "
-         "trace only its dispatching; set it to 0", lambda s, _: s.train.profile_steps),
+         "trace only its dispatching; set it to 0", lambda s: s.train.profile_steps),
     Rule("train.simultaneous", PS, "every asynchronous G closure already reads whichever D "
-         "the servers hold; set it to False", lambda s, _: s.train.simultaneous),
+         "the servers hold; set it to False", lambda s: s.train.simultaneous),
     Rule("penalties.lecam_weight", PS, "its moving averages would be read and written by "
-         "concurrent D closures; set it to 0", lambda s, _: s.penalties.lecam_weight),
+         "concurrent D closures; set it to 0", lambda s: s.penalties.lecam_weight),
     Rule("augment.ada_target", PS, "ADA's p and r_t would be read and written by concurrent "
-         "D closures; use augment.policy (DiffAugment)", lambda s, _: s.augment.ada_target),
-    Rule("loss.fn", PS, "a G closure has no real batch to pair its images with; use @hinge "
-         "or @non_saturating", lambda _, loss: "@relativistic" if _pairs_real(loss) else None),
+         "D closures; use augment.policy (DiffAugment)", lambda s: s.augment.ada_target),
 ]
 
 
-def refuse(settings, strategy_kind: str, loss_fn=None) -> None:
-    """Raises ConfigError naming the first rule the run (experiment.Settings, its loss) breaks
+def refuse(settings, strategy_kind: str) -> None:
+    """Raises ConfigError naming the first rule the run (train/settings.py's Settings) breaks
     under `strategy_kind`."""
     for rule in RULES:
-        rule.check(settings, strategy_kind, loss_fn)
+        rule.check(settings, strategy_kind)
 
 
 def table() -> str:

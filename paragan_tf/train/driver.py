@@ -128,10 +128,11 @@ def _actions(exp: experiment_lib.Experiment, model_dir: str, writer, stats: run_
              evaluator, is_chief: bool) -> List[controller_lib.Action]:
     """The sample grids (before the checkpoint) and evaluations (of a checkpoint)."""
     cfg = exp.settings.train
+    subject = experiment_lib.eval_subject(exp)
 
     def samples(step: int) -> None:
         path = os.path.join(model_dir, "samples", f"step_{step:07d}.png")
-        exp.family.grid(exp, path, writer, step, write=is_chief)
+        exp.family.grid(subject, path, writer, step, write=is_chief)
         if is_chief:
             logging.info("samples: %s", path)
 

@@ -1,16 +1,15 @@
 """Everything a run is made of, built from the frozen gin config.
 
-This module is the one place gin is read: `Settings.read()` makes every option
-object of a run (each a gin-configurable dataclass, checked as it is made),
-`build()` turns them into objects: the strategy, the data source, G, D, EMA G
-(whose constructors are configurable themselves; which networks, the data decide:
-train/families.py), both optimizers and the step counter, all created inside
-`strategy.scope()`. An Experiment holds its settings
+`Settings.read()` (train/settings.py, the one module that reads gin) makes every option
+object of a run and decides its GAN family; `build()` turns them into objects: the
+strategy, the data source, the family (paragan_tf/families/: its G, D and EMA G, whose
+constructors are configurable themselves, and its objective), both optimizers and the step
+counter, all created inside `strategy.scope()`. An Experiment holds its settings
 once (`exp.settings`, with the input options as `build` resolved them); modules
 below train/ receive the plain objects they need, never an Experiment. The
 trainers, the sampler, the evaluator and the dry run all start here; `parse()`
 parses gin files after every configurable is registered (importing this module
-imports them all).
+imports them all; a gin file's `import` line registers a user's own family).
 """
 
 from __future__ import annotations
@@ -21,40 +20,40 @@ import os
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from absl import logging
-import gin
 import numpy as np
 import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf import config as gin_config
+from paragan_tf import families
+from paragan_tf import models
 from paragan_tf.layout import rules as layout_lib
 from paragan_tf.layout.choice import Choice
 from paragan_tf.data import class_groups
 from paragan_tf.data import class_list
-from paragan_tf.data import config as data_config
 from paragan_tf.data import datasets
 from paragan_tf.data import pipeline
 from paragan_tf.data import tuning
-from paragan_tf.distribute import cluster
 from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.distribute import model_parallel as parallel_lib
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import subject as subject_lib
-from paragan_tf.eval.config import EvalConfig
-from paragan_tf.models import biggan
+from paragan_tf.families import contract
 from paragan_tf.objective import ada as ada_lib
 from paragan_tf.objective import augment as augment_lib
-from paragan_tf.objective import losses
-from paragan_tf.objective import penalties as penalties_lib
 from paragan_tf.train import bookkeeping as bookkeeping_lib
 from paragan_tf.train import checkpoints
 from paragan_tf.train import combinations
 from paragan_tf.train import config as config_lib
 from paragan_tf.train import ema as ema_lib
-from paragan_tf.train import families
 from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf.train import optimizers
+from paragan_tf.train import settings as settings_lib
+from paragan_tf.train.settings import ModelOptions, Settings  # noqa: F401  (experiment.*)
+
+# A stand-in source of each data kind, for timing a step whose data is elsewhere.
+STAND_INS = {datasets.LABELLED: "synthetic", datasets.PAIRS: "synthetic_pairs"}
 
 
 def parse(gin_files: Sequence[str], gin_bindings: Sequence[str], finalize: bool = True) -> None:
@@ -75,79 +74,10 @@ def build_or_stand_in(gin_files: Sequence[str], gin_bindings: Sequence[str]
         return exp, exp.source.name
     except ConfigError as e:
         missing = str(e).splitlines()[0]
-    parse(gin_files, list(gin_bindings) + ["dataset.name = 'synthetic'"])
-    return build(), f"synthetic stand-in ({missing})"
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelOptions:
-    """The networks' widths as the gin config binds them (None: the constructor's default).
-    G and D are built by their gin-configurable constructors (models/biggan.py); these are
-    what the rest of a run reads of them before they exist (the layout's cache key)."""
-
-    generator_ch: Optional[int] = None
-    discriminator_ch: Optional[int] = None
-    dim_z: Optional[int] = None
-    # Both networks' initialiser, overriding Generator.init and Discriminator.init: a plan
-    # builds with 'N02', whose values do not matter to it, where orthogonal initialisation
-    # (a QR decomposition per weight) was 40 of the 50 s that building BigGAN-128 took.
-    init: Optional[str] = None
-
-    @classmethod
-    def read(cls) -> "ModelOptions":
-        def bound(selector: str):
-            try:
-                return gin.query_parameter(selector)
-            except ValueError:  # not bound
-                return None
-        return cls(generator_ch=bound("Generator.ch"),
-                   discriminator_ch=bound("Discriminator.ch"), dim_z=bound("Generator.dim_z"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Every option object of a run, read from the parsed gin config by `read()`."""
-
-    train: config_lib.TrainConfig
-    data: data_config.DatasetConfig
-    inputs: tuning.InputConfig
-    eval: EvalConfig
-    async_train: config_lib.AsyncConfig
-    strategy: strategy_lib.StrategyConfig
-    cluster: cluster.ClusterConfig
-    augment: augment_lib.AugmentConfig
-    penalties: penalties_lib.Penalties
-    model_parallel: parallel_lib.ModelParallelConfig
-    layout: layout_lib.LayoutConfig
-    g_optimizer: optimizers.OptimizerConfig  # G/optimizer.*
-    d_optimizer: optimizers.OptimizerConfig  # D/optimizer.*
-    model: ModelOptions = ModelOptions()
-
-    @staticmethod
-    def read_cluster() -> Tuple[strategy_lib.StrategyConfig, cluster.ClusterConfig, bool]:
-        """The strategy and cluster options and layout.graph_optimizer alone: all a
-        parameter-server task needs before it serves (it is started with whatever flags,
-        maybe no experiment)."""
-        return (strategy_lib.StrategyConfig(), cluster.ClusterConfig(),
-                layout_lib.LayoutConfig().graph_optimizer)
-
-    @classmethod
-    def read(cls) -> "Settings":
-        """The options the current gin config binds (ConfigError names a bad one)."""
-        return cls(train=config_lib.TrainConfig(), data=data_config.DatasetConfig(),
-                   inputs=tuning.InputConfig(), eval=EvalConfig(),
-                   async_train=config_lib.AsyncConfig(),
-                   strategy=strategy_lib.StrategyConfig(), cluster=cluster.ClusterConfig(),
-                   augment=augment_lib.AugmentConfig(), penalties=penalties_lib.Penalties(),
-                   model_parallel=parallel_lib.ModelParallelConfig(),
-                   layout=layout_lib.LayoutConfig(), g_optimizer=_optimizer("G"),
-                   d_optimizer=_optimizer("D"), model=ModelOptions.read())
-
-
-def _optimizer(network: str) -> optimizers.OptimizerConfig:
-    """One network's optimizer settings, read in its gin scope."""
-    with gin.config_scope(network):
-        return optimizers.OptimizerConfig(network=network)
+    stand_in = STAND_INS[exp.source.kind]
+    parse(gin_files, list(gin_bindings) + [f"dataset.name = '{stand_in}'",
+                                           f"dataset.channels = {exp.source.channels}"])
+    return build(), f"{stand_in} stand-in ({missing})"
 
 
 @dataclasses.dataclass
@@ -155,7 +85,7 @@ class Experiment:
     settings: Settings
     source: datasets.Source
     strategy: tf.distribute.Strategy
-    generator: keras.Model  # biggan.Generator or pix2pix.Pix2PixGenerator (the family's)
+    generator: keras.Model  # the family's (BigGAN's Generator, pix2pix's U-Net, ...)
     discriminator: keras.Model
     generator_ema: keras.Model
     g_optimizer: keras.optimizers.Optimizer
@@ -165,12 +95,11 @@ class Experiment:
     input_state: tf.Variable  # int64 [noise seed, real-image seed, its first step]
     ema: ema_lib.GeneratorEMA
     bookkeeping: bookkeeping_lib.StepBookkeeping  # what follows every step
-    loss_fn: Optional[losses.LossFn]  # BigGAN's loss pair (None for pix2pix)
     classes: List[int]  # the labels this run trains on (a subset under per-class training)
     layout: layout_lib.Layout
     mode: mode_lib.Mode  # the parallel mode: G's and D's devices, how updates apply
-    family: object  # train/families.py's BigGAN or Pix2Pix
-    objective: object  # what the train step computes (objective/objectives.py)
+    family: contract.Family  # the GAN family it trains (paragan_tf/families/)
+    objective: contract.Objective  # what the train step computes (the family's)
     # What D's inputs go through: augment.DiffAugment, ada.AdaptiveAugment or None.
     augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
     lecam_state: Optional[tf.Variable] = None  # LeCam's averages of D's logits (step.py)
@@ -201,7 +130,10 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     settings = settings or Settings.read()
     config, data, input_config = settings.train, settings.data, settings.inputs
     source = pipeline.load_source(data, check=check_data)
-    family = families.of(source.paired)
+    family = families.family_class(settings.model.family)(settings.model.options)
+    if source.kind != family.data_kind:  # settings made for other data
+        raise ConfigError(f"family.name={family.name!r} trains on {family.data_kind}, but "
+                          f"dataset.name={data.name!r} holds {source.kind}")
     family.refuse(settings)
     if source.prepared is not None:  # read as the shards it was prepared in
         shards = len(source.prepared.manifest.shards)
@@ -212,7 +144,6 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
         input_config = dataclasses.replace(input_config, prepared=True, num_shards=shards)
         settings = dataclasses.replace(settings, inputs=input_config)
     classes = class_groups.classes_for(source.num_classes)
-    loss_fn = family.loss()
     augment_settings, penalties = settings.augment, settings.penalties
     if strategy is None:
         parallel_lib.prepare_devices(settings.model_parallel, settings.strategy.kind)
@@ -223,7 +154,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     if check_data:  # after the strategy: it runs TensorFlow ops
         pipeline.check_not_empty(source, data, classes)
     config_lib.check_batch(config, strategy.num_replicas_in_sync)
-    combinations.refuse(settings, strategy_lib.kind_of(strategy), loss_fn)
+    combinations.refuse(settings, strategy_lib.kind_of(strategy))
     layout = layout_lib.choose(layout_lib.detect(strategy), strategy, settings.layout,
                                measured=measured,
                                xla_blocked=mode.xla_blocker())
@@ -266,10 +197,11 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
                       generator_ema=generator_ema, g_optimizer=g_optimizer,
                       d_optimizer=d_optimizer, step=step, health=health,
                       input_state=input_state, ema=ema, bookkeeping=bookkeeping,
-                      loss_fn=loss_fn, classes=classes, layout=layout, mode=mode,
-                      family=family, objective=family.objective(loss_fn, augment),
-                      augment=augment,
-                      lecam_state=lecam_state, operative_config=gin.operative_config_str())
+                      classes=classes, layout=layout, mode=mode, family=family,
+                      objective=family.objective(settings, discriminator, d_optimizer,
+                                                 augment, lecam_state),
+                      augment=augment, lecam_state=lecam_state,
+                      operative_config=settings_lib.operative_config())
 
 
 def restore(run_dir: str, checkpoint: Optional[str] = None, gin_files: Sequence[str] = (),
@@ -302,7 +234,8 @@ def restore(run_dir: str, checkpoint: Optional[str] = None, gin_files: Sequence[
 def eval_subject(exp: Experiment) -> subject_lib.Subject:
     """What the evaluator reads of `exp` (eval/subject.py)."""
     return subject_lib.Subject(exp.strategy, exp.source, exp.settings.data, exp.classes,
-                               exp.generator_ema, exp.discriminator, exp.settings.eval)
+                               exp.generator_ema, exp.discriminator, exp.settings.eval,
+                               exp.settings.train.batch_size, exp.settings.train.seed)
 
 
 def weights_digest(exp: Experiment) -> str:
@@ -322,8 +255,8 @@ def summary(exp: Experiment) -> dict:
     except ConfigError as e:
         data_error = str(e).splitlines()[0]
     return {
-        "generator_params": biggan.count_trainable(exp.generator),
-        "discriminator_params": biggan.count_trainable(exp.discriminator),
+        "generator_params": models.count_trainable(exp.generator),
+        "discriminator_params": models.count_trainable(exp.discriminator),
         "family": exp.family.name,
         "strategy": type(exp.strategy).__name__,
         "num_replicas": exp.strategy.num_replicas_in_sync,

@@ -3,13 +3,16 @@
 This is the function `strategy.run` executes on every replica, unchanged under
 OneDevice, Mirrored, MultiWorkerMirrored and TPU strategies. It reads as the story
 (`__call__`): for each D step, D's gradients over the accumulated micro-batches (with D's
-penalties, objective/d_terms.py), checked and applied by the NaN guard (train/nan_guard.py:
+penalties), checked and applied by the NaN guard (train/nan_guard.py:
 all-reduced, applied only while the step is healthy) and followed by the state that tracks
 D's outputs; then G's gradients, checked and applied; the EMA follows in the trainer's
 bookkeeping. Each network's precision (paragan_tf/precision.py) scales its loss and
 unscales its gradients; the parallel mode (distribute/mode.py) gives the device scopes.
-What depends on the GAN family (what G and D take and return, the losses) is the
-objective's (objective/objectives.py: BigGAN's class-conditional one, pix2pix's).
+What depends on the GAN family (what G and D take and return, the losses, D's penalties
+and the state that follows D's outputs) is its objective's (paragan_tf/families/
+contract.py). An objective that `reuses_fakes` (pix2pix's) has G run once per
+micro-batch: the last D update judges G's images and G's update differentiates that same
+forward pass, as the reference's iteration does.
 
 With a split placement (distribute/model_parallel.py) G's ops run on G's device and D's on
 D's, and G's update is differentiated in two parts: D's tape to the images on D's
@@ -19,16 +22,13 @@ scopes are no-ops; the two-part backward is the same arithmetic either way.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.distribute import mode as mode_lib
-from paragan_tf.errors import ConfigError
-from paragan_tf.objective import d_terms as d_terms_lib
-from paragan_tf.objective import objectives
-from paragan_tf.objective import penalties as penalties_lib
+from paragan_tf.families import contract
 from paragan_tf.objective import regularizers
 from paragan_tf.train import nan_guard
 from paragan_tf import precision as precision_lib
@@ -66,10 +66,6 @@ class StepConfig:
     # update and the G update are computed from the same snapshot of G and D,
     # then both applied (G_{t+1} against D_t instead of D_{t+1}).
     simultaneous: bool = False
-    # What D's inputs go through (augment.DiffAugment, ada.AdaptiveAugment), and D's
-    # output regularisers (objective/penalties.py).
-    augment: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None
-    penalties: penalties_lib.Penalties = penalties_lib.Penalties()
 
 
 def for_experiment(exp, d_steps: Optional[int] = None) -> "GANStep":
@@ -82,25 +78,21 @@ def for_experiment(exp, d_steps: Optional[int] = None) -> "GANStep":
         exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer,
         exp.objective,
         StepConfig(cfg.batch_size, cfg.d_steps if d_steps is None else d_steps,
-                   cfg.accumulation, cfg.clip_norm, cfg.ortho_reg, cfg.simultaneous,
-                   exp.augment, exp.settings.penalties),
-        lecam_state=exp.lecam_state, mode=exp.mode)
+                   cfg.accumulation, cfg.clip_norm, cfg.ortho_reg, cfg.simultaneous),
+        mode=exp.mode)
 
 
 class GANStep:
     """Holds the networks, optimizers and objective, and computes one replica's step.
 
-    objective: an objective of objective/objectives.py, or BigGAN's loss pair
-      (objective/losses.py), which is taken as the class-conditional objective.
-    lecam_state: float32 [2], the moving averages of D's mean real and fake logits
-    (LeCam); required when penalties.lecam_weight > 0, updated after each D update.
+    objective: the family's objective (paragan_tf/families/contract.py), with D's extra
+      terms.
     mode: the parallel mode (distribute/mode.py): the devices of G's and D's ops in this
       replica, and how an update is applied (default: replicated, on the replica's device).
     """
 
     def __init__(self, generator: keras.Model, discriminator: keras.Model,
-                 g_optimizer, d_optimizer, objective, config: StepConfig,
-                 lecam_state: Optional[tf.Variable] = None,
+                 g_optimizer, d_optimizer, objective: contract.Objective, config: StepConfig,
                  mode: mode_lib.Mode = mode_lib.Mode()):
         self.mode = mode
         self.generator, self.discriminator = generator, discriminator
@@ -108,19 +100,7 @@ class GANStep:
         # Each network's loss scaling (float16), decided by its optimizer once, here.
         self.g_precision = precision_lib.Precision(g_optimizer)
         self.d_precision = precision_lib.Precision(d_optimizer)
-        if not hasattr(objective, "judge"):  # a loss pair
-            objective = objectives.ClassConditional(objective, config.augment)
-        if config.penalties.any and not objective.takes_penalties:
-            raise ConfigError(f"penalties.* apply to BigGAN's objective, not to "
-                              f"{type(objective).__name__}'s")
-        if config.augment is not None and not objective.takes_augmentation:
-            raise ConfigError(f"augment.* applies to BigGAN's objective, not to "
-                              f"{type(objective).__name__}'s")
         self.objective, self.config = objective, config
-        # D's penalties and the state that follows its outputs (LeCam's averages, ADA's p).
-        self.d_terms = d_terms_lib.DTerms(
-            discriminator, config.penalties, self.d_precision, d_optimizer,
-            config.global_batch_size * config.accumulation, config.augment, lecam_state)
 
     @property
     def real_batches_per_step(self) -> int:
@@ -130,18 +110,23 @@ class GANStep:
     def noise_batches_per_step(self) -> int:
         return (self.config.d_steps + 1) * self.config.accumulation
 
+    def _generate(self, real: Optional[Batch], noise: Batch, taped: bool):
+        """(G's images for one micro-batch, the tape of G's forward pass or None)."""
+        with self.mode.on_g():
+            if not taped:
+                return self.objective.generate(self.generator, real, noise), None
+            with tf.GradientTape() as tape:
+                return self.objective.generate(self.generator, real, noise), tape
+
     def _d_micro(self, real: Batch, noise: Batch, fakes=None):
-        if fakes is None:  # else made earlier by some G (the sample buffer)
-            with self.mode.on_g():
-                fakes = self.objective.generate(self.generator, real, noise)
+        if fakes is None:  # else made earlier by some G (the sample buffer, a G to reuse)
+            fakes, _ = self._generate(real, noise, taped=False)
         with self.mode.on_d():
             fakes = tf.stop_gradient(fakes)
             with tf.GradientTape() as tape:
                 real_logits, fake_logits, seen = self.objective.judge(
                     self.discriminator, fakes, real, noise)
-                d_loss = self.objective.d_loss(real_logits, fake_logits)
-                if self.d_terms.any:  # D's penalties read what it saw (BigGAN's objective)
-                    d_loss += self.d_terms.terms(*seen, real_logits, fake_logits, noise[0])
+                d_loss = self.objective.d_loss(real_logits, fake_logits, seen, noise)
                 loss = average_over_global_batch(d_loss, self.config.global_batch_size)
                 loss /= self.config.accumulation
                 scaled = self.d_precision.scale(loss)
@@ -150,15 +135,15 @@ class GANStep:
         return (loss, grads, self.objective.per_example(real_logits),
                 self.objective.per_example(fake_logits))
 
-    def _g_micro(self, noise: Batch, real: Optional[Batch] = None):
+    def _g_micro(self, noise: Batch, real: Optional[Batch] = None, made=None):
         """real: the real batch for objectives that read it in G's update (pix2pix's
-        inputs and targets, a relativistic loss's partners).
+        inputs and targets, a relativistic loss's partners). made: (G's images, the tape
+        of their forward pass) of D's update, to reuse; None: G makes them now.
 
         Differentiated in two parts (see the module doc): D's tape gives the loss's
         gradient with respect to G's images, G's tape takes it from there.
         """
-        with self.mode.on_g(), tf.GradientTape() as g_tape:
-            fakes = self.objective.generate(self.generator, real, noise)
+        fakes, g_tape = made if made is not None else self._generate(real, noise, taped=True)
         with self.mode.on_d():
             with tf.GradientTape(watch_accessed_variables=False) as d_tape:
                 d_tape.watch(fakes)
@@ -218,15 +203,17 @@ class GANStep:
         return loss_sum, grads, real_sum, fake_sum, sign_sum
 
     def g_gradients(self, noise: Sequence[Batch], fakes_out: Optional[list] = None,
-                    real: Optional[Sequence[Batch]] = None):
+                    real: Optional[Sequence[Batch]] = None, made: Optional[list] = None):
         """One G update's loss and gradients over its micro-batches.
 
         fakes_out: a list that receives the images G generated (the sample buffer).
         real: real micro-batches for a loss that pairs them with G's (relativistic).
+        made: per micro-batch, the images and forward tape of D's update to reuse.
         """
         grads, loss_sum = None, 0.0
-        for noise_batch, real_batch in zip(noise, real or [None] * len(noise)):
-            loss, g, fakes = self._g_micro(noise_batch, real_batch)
+        for noise_batch, real_batch, made_batch in zip(noise, real or [None] * len(noise),
+                                                       made or [None] * len(noise)):
+            loss, g, fakes = self._g_micro(noise_batch, real_batch, made_batch)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
             if fakes_out is not None:
                 fakes_out.append(fakes)
@@ -284,23 +271,32 @@ class GANStep:
         real, noise = list(real), list(noise)
         guard = self._guard()  # one for the whole step: a skip skips the rest of it
         d_loss = d_norm = real_sum = fake_sum = 0.0
-        g_noise = noise[cfg.d_steps * k:]
-        # An objective that reads real batches in G's update takes the last D update's.
-        g_real = real[(cfg.d_steps - 1) * k:] if self.objective.pairs_real else None
-        g_grads = None
+        last = slice((cfg.d_steps - 1) * k, cfg.d_steps * k)  # the last D update's batches
+        reuse = self.objective.reuses_fakes
+        # G's update reuses the last D update's images (and their noise), or G makes new
+        # ones from fresh noise; an objective that reads real batches in G's update takes
+        # the last D update's.
+        g_noise = noise[last] if reuse else noise[cfg.d_steps * k:]
+        g_real = real[last] if self.objective.pairs_real else None
+        g_grads = made = None
         for d in range(cfg.d_steps):
-            loss, grads, r, f, signs = self.d_gradients(real[d * k:(d + 1) * k],
-                                                        noise[d * k:(d + 1) * k])
+            batches = slice(d * k, (d + 1) * k)
+            if reuse and d == cfg.d_steps - 1:  # G's forward passes, taped for G's update
+                made = [self._generate(r, n, taped=True)
+                        for r, n in zip(real[batches], noise[batches])]
+            loss, grads, r, f, signs = self.d_gradients(
+                real[batches], noise[batches], made and [fakes for fakes, _ in made])
             grads, d_norm = guard.check(loss, grads)
             d_loss, real_sum, fake_sum = d_loss + loss / cfg.d_steps, real_sum + r, fake_sum + f
             if cfg.simultaneous and d == cfg.d_steps - 1:
                 # Both gradients before either update: G sees the D this D step starts from.
-                g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
+                g_loss, g_grads = self.g_gradients(g_noise, real=g_real, made=made)
                 g_grads, g_norm = guard.check(g_loss, g_grads)
             guard.apply(self.d_precision, self.discriminator, grads, d_norm)
-            self.d_terms.after_update(r, f, signs, float(cfg.global_batch_size * k), guard.healthy)
+            self.objective.after_d_update(r, f, signs, float(cfg.global_batch_size * k),
+                                          guard.healthy)
         if g_grads is None:
-            g_loss, g_grads = self.g_gradients(g_noise, real=g_real)
+            g_loss, g_grads = self.g_gradients(g_noise, real=g_real, made=made)
             g_grads, g_norm = guard.check(g_loss, g_grads)
         guard.apply(self.g_precision, self.generator, g_grads, g_norm)
         guard.restore_if_skipped()

@@ -102,6 +102,34 @@ def test_the_pipeline_fits_each_half_and_flips_both_alike(tmp_path):
     assert 0 < sum(flip for _, flip in found) < 4  # this seed flips some, not all
 
 
+def test_the_jitter_crops_both_halves_alike_and_replays(tmp_path):
+    """pix2pix's random jitter (dataset.jitter_size): resized up, cropped back at random, the
+    same crop for input and target; keyed by the example's position, as the flips."""
+    side = 8
+    rng = np.random.default_rng(0)
+    halves = rng.integers(0, 256, (4, side, side, 1), dtype=np.uint8)
+    os.makedirs(tmp_path / "train")
+    for i, half in enumerate(halves):  # the target is the input: a crop shows as a match
+        tf.io.write_file(str(tmp_path / "train" / f"{i}.png"),
+                         tf.io.encode_png(np.concatenate([half, half], 1)))
+    source = datasets.get_source("pix2pix_folder", data_dir=str(tmp_path))
+
+    def batch(jitter_size):
+        config = data_config.DatasetConfig(name="pix2pix_folder", data_dir=str(tmp_path),
+                                           resolution=side, shuffle_buffer=1,
+                                           jitter_size=jitter_size)
+        input_fn = pipeline.real_input_fn(source, config, global_batch_size=4, seed=3)
+        return next(iter(input_fn(tf.distribute.InputContext(1, 0, 1))))[0].numpy()
+    plain, jittered = batch(0), batch(12)
+    inputs, targets = np.split(jittered, 2, axis=-1)
+    np.testing.assert_array_equal(inputs, targets)
+    assert jittered.shape == plain.shape and np.max(np.abs(jittered - plain)) > 0.1
+    assert np.all(np.abs(jittered) <= 1.0)
+    np.testing.assert_array_equal(batch(12), jittered)  # the same crops on a replay
+    with pytest.raises(ConfigError, match="dataset.jitter_size=6 must be 0"):
+        data_config.DatasetConfig(resolution=8, jitter_size=6)
+
+
 def test_direction_elsewhere_and_biggan_on_pairs_are_refused_by_name(tiny_gin):
     with pytest.raises(ConfigError, match="direction='BtoA' applies to pix2pix_folder and"):
         pipeline.load_source(data_config.DatasetConfig(name="mnist5k", direction="BtoA"))

@@ -29,6 +29,7 @@ README = os.path.join(REPO, "README.md")
 # The only changes to the README's lines: the tiny model (gin/tiny.gin: 4 steps, a
 # checkpoint every 2) instead of the default's 800 steps, and smaller evaluations.
 SHORTER = [("train.total_steps=850", "train.total_steps=6"),
+           ("GIN_FILE=gin/pix2pix_fashion_mnist_edges.gin", "GIN_FILE=gin/tiny_pix2pix.gin"),
            ("--output=runs/clf_mnist", "--output=runs/clf_mnist --epochs=1"),
            ("eval.classifier_path='runs/clf_mnist'\"",
             "eval.classifier_path='runs/clf_mnist'\" --gin_bindings=eval.num_samples=500")]
@@ -116,3 +117,45 @@ def test_the_quick_start_resumes_samples_evaluates_and_exports_a_relative_run(qu
     tensorboard = next(line for line in lines if line.startswith(".venv/bin/tensorboard"))
     logdir = re.search(r"--logdir (\S+)", tensorboard).group(1)
     assert glob.glob(os.path.join(checkout, logdir, "default", "events.out.tfevents.*"))
+
+
+@pytest.fixture(scope="module")
+def pix2pix_quick_start(tmp_path_factory):
+    """Every line of the README's pix2pix quick start (tiny: gin/tiny_pix2pix.gin)."""
+    checkout = scratch_checkout(tmp_path_factory.mktemp("readme_pix2pix") / "paragan_tf")
+    results = {}
+    for line in readme_block("## Quick start for pix2pix"):
+        results[line] = result = run(checkout, shorter(line))
+        assert result.returncode == 0, (line, result.stdout[-2000:], result.stderr[-3000:])
+    return checkout, results
+
+
+def test_the_pix2pix_quick_start_samples_translates_exports_and_reloads(pix2pix_quick_start):
+    checkout, results = pix2pix_quick_start
+    run_dir = os.path.join(checkout, "runs", "pix2pix")
+    grid = os.path.join(run_dir, "samples", "sample.png")
+    assert _result(results, ".venv/bin/python bin/sample.py").stdout.strip() == grid
+    # 8 validation pairs, a row each: input | output | target, 32 px, 2 px apart.
+    assert tf.io.decode_png(tf.io.read_file(grid)).shape == (8 * 34 + 2, 3 * 34 + 2, 1)
+    # The user's 28 x 28 edge drawings, fitted to the model's 32 px, one PNG each.
+    out = os.path.join(checkout, "runs", "pix2pix_edges")
+    assert sorted(os.listdir(out)) == sorted(os.listdir(os.path.join(REPO, "docs", "images",
+                                                                      "edges")))
+    for name in os.listdir(out):
+        assert tf.io.decode_png(tf.io.read_file(os.path.join(out, name))).shape == (32, 32, 1)
+    exported = _result(results, ".venv/bin/python bin/export.py").stdout.strip()
+    assert exported == os.path.join(run_dir, "export", "generator")
+    assert _result(results, ".venv/bin/python -c").stdout.strip() == "(2, 64, 64, 1)"
+    # The SavedModel in a fresh process (TensorFlow alone) against the checkpoint's G.
+    inputs = np.random.default_rng(0).uniform(-1, 1, (3, 32, 32, 1)).astype(np.float32)
+    np.save(os.path.join(checkout, "inputs.npy"), inputs)
+    served = run(checkout, ".venv/bin/python -c \"import numpy as np, tensorflow as tf; "
+                 "m = tf.saved_model.load('runs/pix2pix/export/generator'); "
+                 "np.save('served.npy', m.signatures['serving_default']("
+                 "images=tf.constant(np.load('inputs.npy')))['images'].numpy())\"")
+    assert served.returncode == 0, served.stderr[-3000:]
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    exp, _ = experiment.restore(run_dir)
+    restored = exp.family.translate(experiment.eval_subject(exp), tf.constant(inputs))
+    np.testing.assert_allclose(np.load(os.path.join(checkout, "served.npy")), restored.numpy(),
+                               atol=1e-5)

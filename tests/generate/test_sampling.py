@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.generate import sampling
-from paragan_tf.models import biggan
+from paragan_tf.families.biggan import networks as biggan
 from paragan_tf.models import layers
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
@@ -32,9 +32,9 @@ def test_standing_statistics_are_the_equal_average_of_batch_statistics():
     seen, moments = [], bn._batch_moments  # pylint: disable=protected-access
 
     def recording(x):
-        mean, var = moments(x)
+        mean, var, count = moments(x)
         seen.append((mean.numpy(), var.numpy()))
-        return mean, var
+        return mean, var, count
     bn._batch_moments = recording  # pylint: disable=protected-access
     sampling.refresh_bn_statistics(g, num_classes=3, num_batches=4, batch_size=16, seed=5)
     assert bn.momentum == pytest.approx(0.9)  # restored

@@ -36,6 +36,11 @@ Writes:
                      step/before/<layer>/<variable> and step/after/... (moving statistics
                      left out), step/pairs [4, 32, 32, 2] (input channel first), and its
                      step/loss_d and step/loss_g
+  dropout_step/...   the same iteration of a 64 px U-Net with dropout (its one dropout
+                     layer, decoder level 4), the moving statistics in before/ and after/:
+                     its masks come from dropout_step/masks [2, 4, 4, 4, 16] (NHWC, values
+                     0 or 2), one mask per forward pass in order, and dropout_step/calls
+                     says how many passes the iteration made (1: G runs once)
 """
 
 from __future__ import annotations
@@ -197,6 +202,70 @@ def _one_step(networks, rng: torch.Generator, out: dict) -> None:
                 "step/loss_d": loss_d.item(), "step/loss_g": loss_g.item()})
 
 
+class _MaskSequence(torch.nn.Module):
+    """Dropout whose masks come from a fixed sequence, the next one at each forward pass, so
+    that a framework with another random generator can repeat it mask for mask."""
+
+    def __init__(self, masks: np.ndarray):
+        super().__init__()
+        self.masks = torch.tensor(masks.transpose(0, 1, 4, 2, 3))  # NHWC -> NCHW
+        self.calls = 0
+
+    def forward(self, x):
+        mask = self.masks[self.calls]
+        self.calls += 1
+        return x * mask
+
+
+def _one_step_with_dropout(networks, rng: torch.Generator, out: dict) -> None:
+    """_one_step's iteration on a 64 px U-Net with dropout, the moving statistics kept."""
+    batch = networks.get_norm_layer("batch")
+    generator = networks.UnetGenerator(1, 1, 6, 2, batch, use_dropout=True)
+    discriminator = networks.NLayerDiscriminator(2, 2, 3, batch, use_sigmoid=True)
+    _randomise(generator, rng)
+    _randomise(discriminator, rng)
+    masks = 2.0 * (np.random.default_rng(1).random((2, 4, 4, 4, 16)) < 0.5)
+    dropout = _MaskSequence(masks.astype(np.float32))
+    for module in generator.modules():
+        if isinstance(module, torch.nn.Sequential):
+            for i, layer in enumerate(module):
+                if isinstance(layer, torch.nn.Dropout):
+                    module[i] = dropout
+    before = {}
+    _unet_weights(networks, generator, before)
+    _d_weights(discriminator, before)
+    real_a = torch.rand((4, 1, 64, 64), generator=rng) * 2 - 1
+    real_b = torch.rand((4, 1, 64, 64), generator=rng) * 2 - 1
+    criterion, l1 = networks.GANLoss(use_lsgan=False), torch.nn.L1Loss()
+    optimizer_g = torch.optim.SGD(generator.parameters(), lr=0.1)
+    optimizer_d = torch.optim.SGD(discriminator.parameters(), lr=0.1)
+    fake_b = generator(real_a)  # Pix2PixModel.forward: G once per iteration
+    optimizer_d.zero_grad()
+    pred_fake = discriminator(torch.cat((real_a, fake_b), 1).detach())
+    pred_real = discriminator(torch.cat((real_a, real_b), 1))
+    loss_d = (criterion(pred_fake, False) + criterion(pred_real, True)) * 0.5
+    loss_d.backward()
+    optimizer_d.step()
+    for p in discriminator.parameters():
+        p.requires_grad = False
+    optimizer_g.zero_grad()
+    loss_g = (criterion(discriminator(torch.cat((real_a, fake_b), 1)), True)
+              + l1(fake_b, real_b) * 100.0)
+    loss_g.backward()
+    optimizer_g.step()
+    after = {}
+    _unet_weights(networks, generator, after)
+    _d_weights(discriminator, after)
+    nhwc = lambda t: t.numpy().transpose(0, 2, 3, 1)  # noqa: E731
+    for key, value in before.items():
+        out["dropout_step/before/" + key[len("weights/"):]] = value
+        out["dropout_step/after/" + key[len("weights/"):]] = after[key]
+    out.update({"dropout_step/pairs": np.concatenate([nhwc(real_a), nhwc(real_b)], -1),
+                "dropout_step/masks": masks.astype(np.float32),
+                "dropout_step/calls": dropout.calls,
+                "dropout_step/loss_d": loss_d.item(), "dropout_step/loss_g": loss_g.item()})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference_dir", required=True,
@@ -229,6 +298,7 @@ def main() -> None:
         d_train = discriminator(torch.cat([x, g_train], 1))
     _losses(networks, rng, out)
     _one_step(networks, rng, out)
+    _one_step_with_dropout(networks, rng, out)
     nhwc = lambda t: t.numpy().transpose(0, 2, 3, 1)  # noqa: E731
     out.update(x=nhwc(x), g_train=nhwc(g_train), g_eval=nhwc(g_eval),
                d_train=nhwc(d_train), d_eval=nhwc(d_eval))

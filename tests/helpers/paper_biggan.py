@@ -2,7 +2,7 @@
 
 `_paper_models` builds the reference configuration (ch 96, shared embedding of 128,
 hierarchical z, attention at 64, 1000 classes) or a narrow one of the same architecture;
-`_tiny_step` a one-step GANStep on a narrow one. Used by tests/models/test_biggan.py,
+`_tiny_step` a one-step GANStep on a narrow one. Used by tests/families/test_biggan_networks.py,
 models/test_recompute.py, objective/test_regularizers.py, generate/test_sampling.py and
 train/test_step.py.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import tf_keras as keras
 
-from paragan_tf.models import biggan
+from paragan_tf.families.biggan import networks as biggan
+from paragan_tf.families.biggan import objective
 from paragan_tf.objective import losses
 from paragan_tf.train import step as step_lib
 
@@ -37,6 +38,7 @@ def _tiny_step(resolution: int, accumulation: int = 1, ortho_reg: float = 1e-4,
     g_opt, d_opt = keras.optimizers.Adam(1e-4), keras.optimizers.Adam(1e-4)
     g_opt.build(g.trainable_variables)  # as the trainer does: no retrace to create slots
     d_opt.build(d.trainable_variables)
-    step = step_lib.GANStep(g, d, g_opt, d_opt, losses.hinge,
+    step = step_lib.GANStep(g, d, g_opt, d_opt,
+                            objective.ClassConditional(losses.LossPair(losses.hinge)),
                             step_lib.StepConfig(2, 1, accumulation, ortho_reg=ortho_reg))
     return g, d, step

@@ -16,7 +16,7 @@ PYTHON = sys.executable
 
 # What a user's checkout holds for the binaries and `make train`; a scratch checkout links
 # these, so commands typed with relative folders (runs/default) write under it, not here.
-CHECKOUT = ("Makefile", "bin", "gin", "paragan_tf", "requirements.txt",
+CHECKOUT = ("Makefile", "bin", "docs", "gin", "paragan_tf", "requirements.txt",
             "requirements-weights.txt", "pyproject.toml", ".venv")
 
 

@@ -12,7 +12,7 @@ from paragan_tf.layout import rules as layout_lib
 from paragan_tf.layout.choice import Choice
 from paragan_tf.layout import env as layout_env
 from paragan_tf.errors import ConfigError
-from paragan_tf.models import biggan
+from paragan_tf.families.biggan import networks as biggan
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
 from paragan_tf.train import step as step_lib

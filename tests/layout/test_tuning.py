@@ -306,7 +306,7 @@ def test_the_benchmark_times_every_candidate_without_a_budget_or_a_drop(monkeypa
     _fake_children(monkeypatch, lambda c: 50.0 if c.xla else 20.0,
                    lambda c: 15.0 if c.onednn is False else 0.3)
     stage, _ = layout_candidates.first_stage(CPU_AVX2, {}, _strategy(), "float32")
-    with layout_timing.parsed_config_file() as config_file:
+    with layout_timing.parsed_config_file("") as config_file:
         rows = layout_timing.measure(stage, config_file, 3, float("inf"), lambda line: None,
                                      at_once=2, drop_over=None)
     assert all(r["error"] is None and len(r["rounds"]) == 3 for r in rows), rows

@@ -7,9 +7,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.models import biggan
+from paragan_tf.families.biggan import networks as biggan
 from paragan_tf.objective import losses
-from paragan_tf.objective import objectives
+from paragan_tf.families.biggan import objective as objective_lib
 from paragan_tf.scale import memory
 from tests.helpers.paper_biggan import _paper_models
 
@@ -58,8 +58,8 @@ def test_recompute_keeps_only_block_inputs_for_the_backward_pass():
         d = biggan.Discriminator(resolution=128, num_classes=5, ch=8,
                                  attention_resolutions=(32,), recompute=recompute)
         biggan.build(g, d, 3)
-        return memory.activation_bytes(g, d, objectives.ClassConditional(losses.hinge),
-                                       batch=2)
+        hinge = objective_lib.ClassConditional(losses.LossPair(losses.hinge))
+        return memory.activation_bytes(g, d, hinge, batch=2)
     plain, recomputed = saved_bytes(False), saved_bytes(True)
     # Measured: G's update 24.6 -> 10.6 MB; D's 23.0 -> 16.1 MB (its update also runs G's
     # forward pass for the fakes, which keeps nothing and so gains nothing).

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from paragan_tf.models import biggan
+from paragan_tf.families.biggan import networks as biggan
 from paragan_tf.models import layers
 from paragan_tf.objective import regularizers
 from tests.helpers.paper_biggan import _tiny_step

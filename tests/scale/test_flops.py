@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from paragan_tf.models import biggan
+from paragan_tf.families.biggan import networks as biggan
 from paragan_tf.scale import flops
 from tests.helpers.paper_biggan import _paper_models
 
@@ -25,6 +25,9 @@ def test_a_train_step_is_d_steps_d_updates_and_one_g_update():
     # only through D); per micro-batch.
     assert forward.train_step(d_steps=2, accumulation=1) == 2 * (10 + 3 * 7) + (3 * 10 + 2 * 3)
     assert forward.train_step(d_steps=2, accumulation=3) == 3 * forward.train_step(2, 1)
+    # pix2pix's G runs once: its update differentiates the forward pass of D's update.
+    assert forward.train_step(d_steps=1, accumulation=1, reuses_fakes=True) == \
+        (10 + 3 * 7) + (2 * 10 + 2 * 3)
 
 
 def test_counts_at_any_batch_follow_exactly_from_batches_one_and_two():

@@ -1,6 +1,7 @@
-"""The train step on pix2pix's objective (objective/objectives.py ImageToImage): one step
-equals the reference pix2pix model's iteration (tests/golden/make_pix2pix_golden.py), and
-two replicas equal one device."""
+"""The train step on pix2pix's objective (families/pix2pix/objective.py ImageToImage): one
+step equals the reference pix2pix model's iteration (tests/golden/make_pix2pix_golden.py),
+with dropout and the moving statistics too (G runs once per iteration), and two replicas
+equal one device."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import pytest
 import tensorflow as tf
 import tf_keras as keras
 
-from paragan_tf.models import pix2pix
-from paragan_tf.objective import objectives
+from paragan_tf.families.pix2pix import losses
+from paragan_tf.families.pix2pix import networks as pix2pix
+from paragan_tf.families.pix2pix import objective as objective_lib
 from paragan_tf.train import step as step_lib
 from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (fixtures)
 
@@ -43,7 +45,7 @@ def test_one_step_is_the_references_iteration(golden):
               if k.startswith("step/before/")}
     _assign((g, d), before)
     step = step_lib.GANStep(g, d, keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1),
-                            objectives.ImageToImage("vanilla", 100.0),
+                            objective_lib.ImageToImage(losses.vanilla, 100.0),
                             step_lib.StepConfig(global_batch_size=4))
     pairs = tf.constant(golden["step/pairs"])
     metrics = step([(pairs, tf.zeros([4], tf.int32))], [None, None])
@@ -66,7 +68,7 @@ def _trained(strategy, weights: dict, pairs, sync_bn: bool) -> dict:
         pix2pix.build(g, d)
         g_optimizer, d_optimizer = keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1)
     _assign((g, d), weights)
-    step = step_lib.GANStep(g, d, g_optimizer, d_optimizer, objectives.ImageToImage(),
+    step = step_lib.GANStep(g, d, g_optimizer, d_optimizer, objective_lib.ImageToImage(),
                             step_lib.StepConfig(global_batch_size=len(pairs)))
     batches = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((pairs, tf.zeros([len(pairs)], tf.int32)))
@@ -101,14 +103,75 @@ def test_two_replicas_match_one_device_with_synchronised_batch_norm(golden, sync
         assert max(offs.values()) > 1e-3, offs
 
 
-def test_what_pix2pixs_objective_does_not_take_is_refused_by_name():
-    from paragan_tf.errors import ConfigError  # pylint: disable=import-outside-toplevel
-    from paragan_tf.objective import penalties  # pylint: disable=import-outside-toplevel
-    g, d = _networks()
-    args = (g, d, keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1),
-            objectives.ImageToImage())
-    with pytest.raises(ConfigError, match="penalties.* apply to BigGAN's objective"):
-        step_lib.GANStep(*args, step_lib.StepConfig(4, penalties=penalties.Penalties(
-            r1_gamma=1.0)))
-    with pytest.raises(ConfigError, match="augment.* applies to BigGAN's objective"):
-        step_lib.GANStep(*args, step_lib.StepConfig(4, augment=lambda x, seed: x))
+class _MaskSequence(keras.layers.Layer):
+    """Dropout whose masks come from a fixed sequence, the next one at each training-mode
+    pass: the golden's, so the reference's masks are ours, pass for pass."""
+
+    def __init__(self, masks):
+        super().__init__()
+        self.masks = tf.constant(masks)
+        self.calls = tf.Variable(0, trainable=False)
+
+    def call(self, x, training=False):
+        if not training:
+            return x
+        mask = tf.gather(self.masks, self.calls)  # a pass beyond the sequence fails
+        self.calls.assign_add(1)
+        return x * mask
+
+
+class _TwoForwards(objective_lib.ImageToImage):
+    """The step before pix2pix's G ran once: G's update made its images anew."""
+
+    reuses_fakes = False
+
+
+def _dropout_step(golden, objective):
+    """(the step's metrics, the variables after it by layer/variable, G's passes) of the
+    golden's iteration with dropout through `objective`."""
+    g = pix2pix.Pix2PixGenerator(resolution=64, in_channels=1, out_channels=1, ch=2)
+    d = pix2pix.PatchDiscriminator(ch=2)
+    pix2pix.build(g, d)
+    assert [i for i, layer in enumerate(g.dropout) if layer is not None] == [4]
+    g.dropout[4] = _MaskSequence(golden["dropout_step/masks"])
+    _assign((g, d), {k[len("dropout_step/before/"):]: v for k, v in golden.items()
+                     if k.startswith("dropout_step/before/")})
+    step = step_lib.GANStep(g, d, keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1),
+                            objective, step_lib.StepConfig(global_batch_size=4))
+    pairs = tf.constant(golden["dropout_step/pairs"])
+    metrics = step([(pairs, tf.zeros([4], tf.int32))], [None, None])
+    layers = {**_layers(g), **_layers(d)}
+    after = {key: getattr(layers[key.split("/")[0]], key.split("/")[1]).numpy()
+             for key in (k[len("dropout_step/after/"):] for k in golden
+                         if k.startswith("dropout_step/after/"))}
+    return metrics, after, int(g.dropout[4].calls.numpy())
+
+
+def _largest_difference(golden, after) -> float:
+    return max(float(np.max(np.abs(value - golden["dropout_step/after/" + key])))
+               for key, value in after.items())
+
+
+def test_one_step_with_dropout_runs_g_once_as_the_references_iteration(golden):
+    """One dropout mask and one move of G's batch-norm statistics per iteration, as the
+    reference's (G's output judged in D's update is the one G's update differentiates);
+    the moving statistics are compared too (torch's unbiased moving variance)."""
+    metrics, after, calls = _dropout_step(golden, objective_lib.ImageToImage())
+    assert calls == int(golden["dropout_step/calls"]) == 1
+    np.testing.assert_allclose(float(metrics["loss/D"]), golden["dropout_step/loss_d"],
+                               rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["loss/G"]), golden["dropout_step/loss_g"],
+                               rtol=1e-5)
+    assert any("moving_variance" in key for key in after)
+    assert _largest_difference(golden, after) < 1e-5
+
+
+def test_the_double_forward_is_off_the_reference(golden):
+    """The negative control: G's update making its images anew (a second dropout mask, the
+    moving statistics moved twice) ends far from the reference's weights."""
+    metrics, after, calls = _dropout_step(golden, _TwoForwards())
+    off = _largest_difference(golden, after)
+    print(f"the double forward: {calls} G passes, loss/G {float(metrics['loss/G']):.4f} "
+          f"(the reference's {float(golden['dropout_step/loss_g']):.4f}), largest weight "
+          f"difference {off:.3g}")
+    assert calls == 2 and off > 1e-2

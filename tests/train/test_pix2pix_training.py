@@ -1,4 +1,4 @@
-"""pix2pix trained by the framework (train/families.py): from gin/tiny_pix2pix.gin through
+"""pix2pix trained by the framework (paragan_tf/families/): from gin/tiny_pix2pix.gin through
 driver.train, its grid and its evaluation; one device = two Mirrored replicas = sharded
 Adam = G and D split over two devices; a folder in pix2pix's format; what is refused."""
 

@@ -234,7 +234,7 @@ def test_simultaneous_update_takes_g_against_the_d_before_the_d_update(tiny_gin)
 
     def make(simultaneous):
         gan_step = step_lib.GANStep(exp.generator, exp.discriminator, exp.g_optimizer,
-                                    exp.d_optimizer, exp.loss_fn,
+                                    exp.d_optimizer, exp.objective,
                                     step_lib.StepConfig(8, 1, simultaneous=simultaneous))
         return gan_step
     simultaneous = run(lambda: make(True)([real], [noise_d, noise_g]))
@@ -305,7 +305,7 @@ def test_nan_in_a_real_batch_skips_the_update_of_both_networks(tiny_gin, two_rep
 
 # 32 px: the architecture without attention; 128 px: the smallest with attention in both
 # networks (D's first block halves 64 px before its attention). Larger sizes only add the
-# same blocks: models/test_biggan.py checks every size's shapes, and
+# same blocks: families/test_biggan_networks.py checks every size's shapes, and
 # e2e/test_binaries.py trains the 1024 px config.
 @pytest.mark.parametrize("resolution", [32, 128])
 def test_bfloat16_step_at_every_architecture(policy, resolution):
@@ -330,15 +330,20 @@ def test_bfloat16_step_at_every_architecture(policy, resolution):
 
 # --- in the step: each setting changes D's gradient; all of them train under two replicas ---
 
-def _gradients(exp, **changes):
-    """D's gradient for one fixed batch under `exp`'s step with StepConfig `changes`."""
-    import dataclasses
-    from paragan_tf.train import sync_trainer
+def _gradients(exp, penalties, augment=None, loss=None):
+    """D's gradient for one fixed batch under `exp`'s step with BigGAN's objective of
+    `penalties`, `augment` and the loss pair `loss` (default: the run's)."""
+    from paragan_tf import precision as precision_lib
+    from paragan_tf.families.biggan import objective as objective_lib
+    from paragan_tf.objective import d_terms as d_terms_lib
     step = step_lib.for_experiment(exp)
-    loss_fn = changes.pop("loss_fn", exp.loss_fn)
+    cfg = exp.settings.train
+    d_terms = d_terms_lib.DTerms(exp.discriminator, penalties,
+                                 precision_lib.Precision(exp.d_optimizer), exp.d_optimizer,
+                                 cfg.batch_size * cfg.accumulation, augment, exp.lecam_state)
+    objective = objective_lib.ClassConditional(loss or exp.objective.loss, augment, d_terms)
     step = type(step)(exp.generator, exp.discriminator, exp.g_optimizer, exp.d_optimizer,
-                      loss_fn, dataclasses.replace(step.config, **changes),
-                      lecam_state=exp.lecam_state)
+                      objective, step.config)
     rng = np.random.default_rng(0)
     real = (tf.constant(rng.uniform(-1, 1, (8, 32, 32, 1)), tf.float32),
             tf.constant(rng.integers(0, 10, 8), tf.int32))
@@ -359,12 +364,14 @@ def test_each_setting_changes_ds_gradient_and_off_changes_nothing(tiny_gin):
     floor = np.max(np.abs(_gradients(exp, penalties=off) - baseline))
     assert floor < 1e-4
     variants = {
-        "augment": dict(augment=augment.DiffAugment(["color", "translation", "cutout"])),
+        "augment": dict(penalties=off,
+                        augment=augment.DiffAugment(["color", "translation", "cutout"])),
         "r1": dict(penalties=penalties.Penalties(r1_gamma=10.0)),
         "r2": dict(penalties=penalties.Penalties(r2_gamma=10.0)),
         "lecam": dict(penalties=penalties.Penalties(lecam_weight=10.0)),
         "bcr": dict(penalties=penalties.Penalties(bcr_real=10.0, bcr_fake=10.0)),
-        "relativistic": dict(loss_fn=losses.relativistic, penalties=off),
+        "relativistic": dict(loss=losses.LossPair(losses.relativistic, pairs_real=True),
+                             penalties=off),
     }
     for name, changes in variants.items():
         change = np.max(np.abs(_gradients(exp, **changes) - baseline))
@@ -555,7 +562,7 @@ def test_float16_gradients_and_r1_match_float32_on_the_same_weights(tiny_gin, po
     def penalty(exp, gan_step):  # as _d_micro takes it: scaled, then unscaled
         variables = exp.discriminator.trainable_variables
         with tf.GradientTape() as tape:
-            value = tf.reduce_mean(gan_step.d_terms.gradient_penalties(images, labels))
+            value = tf.reduce_mean(gan_step.objective.d_terms.gradient_penalties(images, labels))
             scaled = gan_step.d_precision.scale(value)
         grads = tape.gradient(scaled, variables,
                               unconnected_gradients=tf.UnconnectedGradients.ZERO)

@@ -1,5 +1,5 @@
-"""The BigGAN networks (models/biggan.py): golden shapes, the reference's parameter counts, its
-initialisers and numerics."""
+"""The BigGAN networks (families/biggan/networks.py): golden shapes, the reference's
+parameter counts, its initialisers and numerics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
-from paragan_tf.models import biggan
+from paragan_tf import models
+from paragan_tf.families.biggan import networks as biggan
 from paragan_tf.models import layers
 from tests.helpers.paper_biggan import _paper_models
 
@@ -47,8 +48,8 @@ def test_reference_cifar10_parameter_counts():
     g = biggan.Generator(resolution=32, num_classes=10, out_channels=3, ch=64, dim_z=128)
     d = biggan.Discriminator(resolution=32, num_classes=10, ch=64)
     biggan.build(g, d, 3)
-    assert biggan.count_trainable(g) == 4_304_387
-    assert biggan.count_trainable(d) == 4_207_361
+    assert models.count_trainable(g) == 4_304_387
+    assert models.count_trainable(d) == 4_207_361
 
 
 def test_unsupported_resolution_and_bad_hierarchy_are_config_errors():
@@ -84,8 +85,8 @@ def test_parameter_counts_match_the_reference(resolution):
     # Intel Xeon family 6 model 106, 2026-11-28). The counts depend on neither.
     with tf.Graph().as_default():
         g, d = _paper_models(resolution, dim_z=dim_z, init="N02")
-        assert biggan.count_trainable(g) == g_count
-        assert biggan.count_trainable(d) == d_count
+        assert models.count_trainable(g) == g_count
+        assert models.count_trainable(d) == d_count
 
 
 def _glorot_limit(kernel: np.ndarray) -> float:

@@ -2,8 +2,9 @@
 
 On the first `eval.num_real` validation pairs (`validation_split`: eval.reference_split, or
 with 'auto' the dataset's val split, else its test split, else, with a warning, the
-training split), the EMA generator's outputs in inference mode (batch norm's moving
-statistics, no dropout) against the targets:
+training split), the EMA generator's outputs in the run's test mode (pix2pix.test_mode,
+families/pix2pix/test_time.py: inference mode by default, named in the protocol stamp)
+against the targets:
 
   l1           mean |output - target| over the pixels, in [-1, 1] units (pix2pix's L1)
   l1_identity  the same for the input copied to the output: what a translator must beat
@@ -15,7 +16,7 @@ Every evaluation reads the same pairs. The values go to `<output_dir>/metrics.js
 the protocol stamp (the best checkpoint by l1 kept in `best/`) and to TensorBoard as
 `metrics/<name>`. The evaluator of BigGAN's runs (eval/evaluator.py) shares the record
 (eval/history.py) and the interface. The batches run on this process's device, not under
-the strategy: inference mode reads no other replica, so no worker needs the others.
+the strategy: a test-time pass reads no other replica, so no worker needs the others.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from paragan_tf.eval import history as history_lib
 from paragan_tf.eval import metrics
 from paragan_tf.eval.config import EvalConfig
 from paragan_tf.eval.subject import Subject
+from paragan_tf.families.pix2pix import test_time
 
 # eval.* settings of distances between sample sets: they do not apply to pairs.
 NOT_FOR_PAIRS = ("num_samples", "kid_block_size", "prdc_samples", "nearest_k",
@@ -81,9 +83,10 @@ class TranslationEvaluator:
     """Evaluates a pix2pix run's EMA generator (an eval.subject.Subject) on its
     validation pairs; keeps metrics.json and the best checkpoint."""
 
-    def __init__(self, run: Subject, output_dir: str, config: Optional[EvalConfig] = None,
-                 write: bool = True):
+    def __init__(self, run: Subject, output_dir: str, options: test_time.Pix2PixOptions,
+                 config: Optional[EvalConfig] = None, write: bool = True):
         self.run, self.output_dir, self.write = run, output_dir, write
+        self.options = options
         self.config = cfg = config or run.eval_config
         check_config(cfg)
         self.split = validation_split(run.source, run.data, cfg)
@@ -101,9 +104,11 @@ class TranslationEvaluator:
                                            run.source.name)
         info = self.extractor.info
         self.protocol = {
-            "name": f"pix2pix_{self.split}{self.count}", "dataset": run.source.name,
-            "split": self.split, "pairs": self.count,
+            "name": f"pix2pix_{self.split}{self.count}" + ("_paper" if options.training
+                                                            else ""),
+            "dataset": run.source.name, "split": self.split, "pairs": self.count,
             "resize": f"each half fitted ({run.data.fit}) to {run.data.resolution} px",
+            "test_mode": options.test_mode,
             "fid_extractor": self.extractor.path,
             **{f"extractor_{k}": v for k, v in info.items() if k in ("network", "sha1")}}
         self.timings: Dict[str, object] = {}
@@ -114,7 +119,7 @@ class TranslationEvaluator:
 
     def _batch_values(self, batch: tf.Tensor) -> Dict[str, tf.Tensor]:
         inputs, targets = tf.split(batch, 2, axis=-1)
-        outputs = tf.cast(self.run.generator_ema(inputs, training=False), tf.float32)
+        outputs = test_time.translate(self.run.generator_ema, inputs, self.options)
 
         def mean_abs(x):
             return tf.reduce_mean(tf.abs(x - targets), axis=[1, 2, 3])
@@ -129,8 +134,9 @@ class TranslationEvaluator:
                  writer=None) -> Dict[str, float]:
         """Evaluates the EMA generator as it is now (the weights of `checkpoint`, if given)."""
         start = time.perf_counter()
-        parts = [self._measure(batch) for batch, _ in
-                 self.examples.batch(self.config.batch_size)]
+        with test_time.state_kept(self.run.generator_ema, self.options):
+            parts = [self._measure(batch) for batch, _ in
+                     self.examples.batch(self.config.batch_size)]
         values = {k: np.concatenate([p[k].numpy() for p in parts]) for k in parts[0]}
         result = {k: float(np.mean(values[k])) for k in ("l1", "l1_identity", "psnr", "ssim")}
         result["fid"] = metrics.frechet_distance(values["target_features"],
@@ -151,7 +157,13 @@ class TranslationEvaluator:
     def describe(self) -> str:
         """The protocol in one line, for summaries and tables."""
         p = self.protocol
-        return (f"{p['name']}: the EMA generator's outputs on {p['pairs']} {p['split']} pairs "
-                f"of {p['dataset']} against their targets ({p['resize']}); FID on "
-                f"{p.get('extractor_network', p['fid_extractor'])}")
+        return (f"{p['name']}: the EMA generator's outputs ({p['test_mode']} mode) on "
+                f"{p['pairs']} {p['split']} pairs of {p['dataset']} against their targets "
+                f"({p['resize']}); FID on {p.get('extractor_network', p['fid_extractor'])}")
+
+    @staticmethod
+    def write_stats(path: str):
+        """bin/eval.py --write_stats: refused; each output is compared with its target."""
+        raise ConfigError(f"--write_stats={path}: pix2pix's evaluation compares each output "
+                          f"with its target and keeps no statistics of real images")
 

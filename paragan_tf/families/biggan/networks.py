@@ -3,8 +3,8 @@
 Architectures follow the reference implementation (BigGAN-PyTorch at 98459431):
 per resolution, the channel multipliers of each residual block. Trainable
 parameter counts equal the reference's, counted by instantiating it with torch
-(tests/models/test_biggan.py pins them): the 32x32 CIFAR-10 BigGAN (ch=64, per-class
-BN, no attention) G 4,304,387 / D 4,207,361; at ch=96, dim_z 120, shared
+(tests/families/test_biggan_networks.py pins them): the 32x32 CIFAR-10 BigGAN (ch=64,
+per-class BN, no attention) G 4,304,387 / D 4,207,361; at ch=96, dim_z 120, shared
 embedding 128, hierarchical z, attention at 64 and 1000 classes, 128 px
 G 70,433,988 / D 87,982,370 and 256 px G 82,108,548 / D 99,225,890.
 
@@ -322,12 +322,6 @@ class Discriminator(_Staged, keras.Model):
                 tf.cast(self.embed(labels, training=training), tf.float32) * h, axis=1)
             return logits + projection
         return _run_block(head, (h,), None, False, self._device(-1), self.built)  # last stage
-
-
-def count_trainable(model: keras.Model) -> int:
-    """Number of trainable scalars of a built model (from the variables' static shapes, so
-    models built in a throwaway graph, whose initialisers never ran, count too)."""
-    return int(sum(v.shape.num_elements() for v in model.trainable_variables))
 
 
 def build(generator: Generator, discriminator: Discriminator, image_channels: int) -> None:

@@ -1,7 +1,7 @@
 """pix2pix's networks (Isola et al. 2017): a U-Net generator and a 70 x 70 PatchGAN
 discriminator that judges an output beside its input, Keras-subclassed beside BigGAN
-(models/biggan.py) and built from the same layers (models/layers.py): float32 variables
-cast to the compute dtype, batch norm with float32 statistics and optional cross-replica
+(families/biggan/networks.py) and built from the same layers (models/layers.py): float32
+variables cast to the compute dtype, batch norm with float32 statistics and optional cross-replica
 sync, spectral norm optional (off in the paper).
 
 The reference is junyanz/pytorch-CycleGAN-and-pix2pix at 78913853, models/networks.py:
@@ -13,12 +13,12 @@ down (SAME padding is the reference's padding 1 at even sides), 4 x 4 transposed
 convolutions of stride 2 up, no bias before a batch norm (nor in the first convolution),
 LeakyReLU 0.2 down, ReLU up, tanh out. Weights start as the reference's: normal with
 std 0.02, biases 0; batch-norm gains start at 1 (the reference draws them from N(1, 0.02)).
-tests/models/test_pix2pix.py checks the parameter counts and the outputs against the
-reference's (tests/golden/make_pix2pix_golden.py).
+tests/families/test_pix2pix_networks.py checks the parameter counts and the outputs against
+the reference's (tests/golden/make_pix2pix_golden.py).
 
 Both are gin-configurable (`Pix2PixGenerator.ch`, `PatchDiscriminator.num_layers`, ...);
-a run builds them when its data are pairs (train/families.py), and the train step trains
-them through pix2pix's objective (objective/objectives.py).
+the pix2pix family (families/pix2pix/family.py) builds them, and the train step trains them
+through its objective (families/pix2pix/objective.py).
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.families import contract
 from paragan_tf.layout.rules import round_up
 from paragan_tf.models import layers
 
@@ -85,8 +86,8 @@ def _twice(side):
 
 
 def _numerics(init: str, bn_epsilon: float) -> layers.Numerics:
-    try:
-        return layers.Numerics(init=init, bn_epsilon=bn_epsilon)
+    try:  # torch's batch norm: its moving variance is the unbiased batch variance's average
+        return layers.Numerics(init=init, bn_epsilon=bn_epsilon, bn_unbiased=True)
     except ValueError as e:
         raise ConfigError(f"pix2pix: {e}") from None
 
@@ -97,28 +98,13 @@ def _batch_norm(name: str, sync_bn: bool, momentum: float,
                                        numerics=numerics, name=name)
 
 
-class _NoBlocks:
-    """What the plans (paragan_tf/scale/) read of a network's residual blocks, which
-    BigGAN's have (models/biggan.py): a U-Net and a PatchGAN have none to rematerialise
-    (train.recompute) or to place in pipeline stages, both refused for pix2pix."""
-
-    recompute = False
-    block_devices = ()
-    block_shapes = ()
-
-    @staticmethod
-    def block_costs(batch: int) -> list:
-        del batch
-        return []
-
-
 # What the run decides, not the gin file: the data's side and channels, the layout's width
 # multiple, the network's name (G or its EMA copy).
 _RUN_DECIDES = ["resolution", "in_channels", "out_channels", "channel_multiple", "name"]
 
 
 @gin.configurable(denylist=_RUN_DECIDES)
-class Pix2PixGenerator(_NoBlocks, keras.Model):
+class Pix2PixGenerator(contract.NoBlocks, keras.Model):
     """U-Net: input images -> output images in [-1, 1], NHWC, the side halved down to 1 x 1
     and doubled back, each decoder level fed the encoder's activations of its side.
 
@@ -130,7 +116,7 @@ class Pix2PixGenerator(_NoBlocks, keras.Model):
       dropout: rate in the decoder levels of 8 ch between the innermost and the three
         outermost ones (the paper's noise; 0 turns it off).
       spectral_norm: spectrally normalise every convolution (not in the paper).
-      sync_bn, bn_momentum, init, bn_epsilon: as BigGAN's (models/biggan.py); the
+      sync_bn, bn_momentum, init, bn_epsilon: as BigGAN's (families/biggan/networks.py); the
         reference's are no sync, momentum 0.9 (its 0.1), 'N02', 1e-5.
       channel_multiple: every width rounded up to a multiple of this (the layout's).
     """
@@ -192,7 +178,7 @@ class Pix2PixGenerator(_NoBlocks, keras.Model):
 
 
 @gin.configurable(denylist=["channel_multiple", "name"])
-class PatchDiscriminator(_NoBlocks, keras.Model):
+class PatchDiscriminator(contract.NoBlocks, keras.Model):
     """PatchGAN: (images, their inputs) -> float32 logits [b, side, side, 1], one per
     70 x 70 patch with 3 layers (side = resolution / 8 - 2).
 

@@ -1,6 +1,7 @@
-"""pix2pix's networks (models/pix2pix.py) against the reference's: parameter counts at full
-width, and the outputs of small networks carrying the reference's weights, in training and
-evaluation mode (tests/golden/make_pix2pix_golden.py made both with the reference's code)."""
+"""pix2pix's networks (families/pix2pix/networks.py) against the reference's: parameter
+counts at full width, and the outputs of small networks carrying the reference's weights, in
+training and evaluation mode (tests/golden/make_pix2pix_golden.py made both with the
+reference's code)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import tensorflow as tf
 import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
-from paragan_tf.models import biggan
-from paragan_tf.models import pix2pix
+from paragan_tf import models
+from paragan_tf.families.pix2pix import networks as pix2pix
 from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (fixtures)
 
 
@@ -19,7 +20,7 @@ from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (f
 def test_generator_parameters_match_the_references(golden, resolution):
     g = pix2pix.Pix2PixGenerator(resolution=resolution)
     g(tf.zeros([1, resolution, resolution, 3]))
-    assert biggan.count_trainable(g) == int(golden[f"params/unet_{resolution}"])
+    assert models.count_trainable(g) == int(golden[f"params/unet_{resolution}"])
 
 
 @pytest.mark.parametrize("channels", [3, 1])
@@ -28,7 +29,7 @@ def test_discriminator_parameters_match_the_references(golden, channels):
     images = tf.zeros([1, 64, 64, channels])
     logits = d((images, images))
     assert logits.shape == (1, 6, 6, 1) and logits.dtype == tf.float32
-    assert biggan.count_trainable(d) == int(golden[f"params/basic_d_{2 * channels}"])
+    assert models.count_trainable(d) == int(golden[f"params/basic_d_{2 * channels}"])
 
 
 def _load(model: keras.Model, golden: dict) -> None:
