@@ -18,7 +18,7 @@ tracing left out, scaled to an epoch's steps), the peak resident memory of the l
 training process (one replica each; sampled from /proc every 0.1 s by
 benchmarks/memory_sampler.py), the bytes of the variables and optimizer state per device
 where the run records them (sharded state), the last progress record's losses, and the
-validation L1, PSNR, SSIM and FID of eval/translation.py beside the identity's L1 (input
+validation L1, PSNR, SSIM and FID of families/pix2pix/evaluator.py beside the identity's L1 (input
 copied to output), measured by bin/eval.py on the final checkpoint in a process of its own
 (so that the FID Inception's memory is not counted as training's).
 """
