@@ -156,21 +156,11 @@ def _losses(networks, rng: torch.Generator, out: dict) -> None:
                 "loss/l1": l1.item()})
 
 
-def _one_step(networks, rng: torch.Generator, out: dict) -> None:
-    """One pix2pix iteration as the reference's Pix2PixModel.optimize_parameters runs it
-    (models/pix2pix_model.py: forward, backward_D, D's step, backward_G, G's step), with the
-    vanilla GAN (D ends in a sigmoid, BCE) and plain SGD at 0.1, so the new weights show the
-    gradients: a 32 px U-Net (ngf 2, no dropout) and a 'basic' D (ndf 2) on 1-channel pairs."""
-    batch = networks.get_norm_layer("batch")
-    generator = networks.UnetGenerator(1, 1, 5, 2, batch, use_dropout=False)
-    discriminator = networks.NLayerDiscriminator(2, 2, 3, batch, use_sigmoid=True)
-    _randomise(generator, rng)
-    _randomise(discriminator, rng)
-    before = {}
-    _unet_weights(networks, generator, before)
-    _d_weights(discriminator, before)
-    real_a = torch.rand((4, 1, 32, 32), generator=rng) * 2 - 1
-    real_b = torch.rand((4, 1, 32, 32), generator=rng) * 2 - 1
+def _iteration(networks, generator, discriminator, real_a, real_b):
+    """One iteration as the reference's Pix2PixModel.optimize_parameters runs it
+    (models/pix2pix_model.py: forward, G once; backward_D, D's step; backward_G, G's step),
+    with the vanilla GAN (D ends in a sigmoid, BCE) and plain SGD at 0.1: (G's output, D's
+    outputs on it and on the real pair, the two losses)."""
     criterion, l1 = networks.GANLoss(use_lsgan=False), torch.nn.L1Loss()
     optimizer_g = torch.optim.SGD(generator.parameters(), lr=0.1)
     optimizer_d = torch.optim.SGD(discriminator.parameters(), lr=0.1)
@@ -188,6 +178,26 @@ def _one_step(networks, rng: torch.Generator, out: dict) -> None:
               + l1(fake_b, real_b) * 100.0)
     loss_g.backward()
     optimizer_g.step()
+    return fake_b, pred_fake, pred_real, loss_d, loss_g
+
+
+def _one_step(networks, rng: torch.Generator, out: dict) -> None:
+    """One pix2pix iteration as the reference's Pix2PixModel.optimize_parameters runs it
+    (models/pix2pix_model.py: forward, backward_D, D's step, backward_G, G's step), with the
+    vanilla GAN (D ends in a sigmoid, BCE) and plain SGD at 0.1, so the new weights show the
+    gradients: a 32 px U-Net (ngf 2, no dropout) and a 'basic' D (ndf 2) on 1-channel pairs."""
+    batch = networks.get_norm_layer("batch")
+    generator = networks.UnetGenerator(1, 1, 5, 2, batch, use_dropout=False)
+    discriminator = networks.NLayerDiscriminator(2, 2, 3, batch, use_sigmoid=True)
+    _randomise(generator, rng)
+    _randomise(discriminator, rng)
+    before = {}
+    _unet_weights(networks, generator, before)
+    _d_weights(discriminator, before)
+    real_a = torch.rand((4, 1, 32, 32), generator=rng) * 2 - 1
+    real_b = torch.rand((4, 1, 32, 32), generator=rng) * 2 - 1
+    fake_b, pred_fake, pred_real, loss_d, loss_g = _iteration(
+        networks, generator, discriminator, real_a, real_b)
     after = {}
     _unet_weights(networks, generator, after)
     _d_weights(discriminator, after)
@@ -236,23 +246,7 @@ def _one_step_with_dropout(networks, rng: torch.Generator, out: dict) -> None:
     _d_weights(discriminator, before)
     real_a = torch.rand((4, 1, 64, 64), generator=rng) * 2 - 1
     real_b = torch.rand((4, 1, 64, 64), generator=rng) * 2 - 1
-    criterion, l1 = networks.GANLoss(use_lsgan=False), torch.nn.L1Loss()
-    optimizer_g = torch.optim.SGD(generator.parameters(), lr=0.1)
-    optimizer_d = torch.optim.SGD(discriminator.parameters(), lr=0.1)
-    fake_b = generator(real_a)  # Pix2PixModel.forward: G once per iteration
-    optimizer_d.zero_grad()
-    pred_fake = discriminator(torch.cat((real_a, fake_b), 1).detach())
-    pred_real = discriminator(torch.cat((real_a, real_b), 1))
-    loss_d = (criterion(pred_fake, False) + criterion(pred_real, True)) * 0.5
-    loss_d.backward()
-    optimizer_d.step()
-    for p in discriminator.parameters():
-        p.requires_grad = False
-    optimizer_g.zero_grad()
-    loss_g = (criterion(discriminator(torch.cat((real_a, fake_b), 1)), True)
-              + l1(fake_b, real_b) * 100.0)
-    loss_g.backward()
-    optimizer_g.step()
+    _, _, _, loss_d, loss_g = _iteration(networks, generator, discriminator, real_a, real_b)
     after = {}
     _unet_weights(networks, generator, after)
     _d_weights(discriminator, after)
