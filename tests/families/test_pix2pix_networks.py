@@ -13,6 +13,7 @@ import tf_keras as keras
 from paragan_tf.errors import ConfigError
 from paragan_tf import models
 from paragan_tf.families.pix2pix import networks as pix2pix
+from tests.helpers.pix2pix_golden import as_held
 from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (fixtures)
 
 
@@ -44,7 +45,7 @@ def _load(model: keras.Model, golden: dict) -> None:
         _, layer, variable = key.split("/")
         if layer in layers:
             target = getattr(layers[layer], variable)
-            target.assign(value)
+            target.assign(as_held(layers[layer], variable, value))
             assigned.add(id(target))
     assert assigned == {id(v) for v in model.variables}, "a variable the golden does not set"
 

@@ -14,6 +14,7 @@ from paragan_tf.families.pix2pix import losses
 from paragan_tf.families.pix2pix import networks as pix2pix
 from paragan_tf.families.pix2pix import objective as objective_lib
 from paragan_tf.train import step as step_lib
+from tests.helpers.pix2pix_golden import as_held
 from tests.helpers.pix2pix_golden import float32_policy, golden  # noqa: F401 (fixtures)
 
 
@@ -36,7 +37,7 @@ def _assign(models, weights: dict) -> None:
         for key, value in weights.items():
             layer, variable = key.split("/")
             if layer in layers:
-                getattr(layers[layer], variable).assign(value)
+                getattr(layers[layer], variable).assign(as_held(layers[layer], variable, value))
 
 
 def test_one_step_is_the_references_iteration(golden):
@@ -55,12 +56,13 @@ def test_one_step_is_the_references_iteration(golden):
     for key, expected in golden.items():
         if key.startswith("step/after/"):
             layer, variable = key[len("step/after/"):].split("/")
-            np.testing.assert_allclose(getattr(layers[layer], variable).numpy(), expected,
+            held = getattr(layers[layer], variable).numpy()
+            np.testing.assert_allclose(as_held(layers[layer], variable, held), expected,
                                        atol=1e-5, err_msg=key)
 
 
-def _trained(strategy, weights: dict, pairs, sync_bn: bool) -> dict:
-    """The networks' weights after one SGD step on `pairs` under `strategy`."""
+def _trained(strategy, weights: dict, pairs, sync_bn: bool):
+    """The networks' weights (before, after) one SGD step on `pairs` under `strategy`."""
     with strategy.scope():
         g = pix2pix.Pix2PixGenerator(resolution=32, in_channels=1, out_channels=1, ch=2,
                                      dropout=0.0, sync_bn=sync_bn)
@@ -68,6 +70,7 @@ def _trained(strategy, weights: dict, pairs, sync_bn: bool) -> dict:
         pix2pix.build(g, d)
         g_optimizer, d_optimizer = keras.optimizers.SGD(0.1), keras.optimizers.SGD(0.1)
     _assign((g, d), weights)
+    before = {v.name: v.numpy() for m in (g, d) for v in m.trainable_variables}
     step = step_lib.GANStep(g, d, g_optimizer, d_optimizer, objective_lib.ImageToImage(),
                             step_lib.StepConfig(global_batch_size=len(pairs)))
     batches = strategy.experimental_distribute_dataset(
@@ -75,7 +78,7 @@ def _trained(strategy, weights: dict, pairs, sync_bn: bool) -> dict:
         .batch(len(pairs)))
     tf.function(lambda real: strategy.run(lambda r: step([r], [None, None]), args=(real,)))(
         next(iter(batches)))
-    return {v.name: v.numpy() for m in (g, d) for v in m.trainable_variables}
+    return before, {v.name: v.numpy() for m in (g, d) for v in m.trainable_variables}
 
 
 @pytest.mark.parametrize("sync_bn", [True, False])
@@ -87,12 +90,11 @@ def test_two_replicas_match_one_device_with_synchronised_batch_norm(golden, sync
     weights = {k[len("step/before/"):]: v for k, v in golden.items()
                if k.startswith("step/before/")}
     pairs = tf.constant(golden["step/pairs"])
-    one = _trained(tf.distribute.OneDeviceStrategy("/cpu:0"), weights, pairs, sync_bn)
-    two = _trained(mirrored_2(), weights, pairs, sync_bn)
+    initial, one = _trained(tf.distribute.OneDeviceStrategy("/cpu:0"), weights, pairs, sync_bn)
+    _, two = _trained(mirrored_2(), weights, pairs, sync_bn)
     offs = {}
     for network in ("generator/", "discriminator/"):
         names = [n for n in one if n.startswith(network)]
-        initial = {n: weights["/".join(n.split("/")[1:3]).split(":")[0]] for n in names}
         moved = max(float(np.max(np.abs(one[n] - initial[n]))) for n in names)
         assert moved > 1e-3, network  # the step did something measurable
         offs[network] = max(float(np.max(np.abs(two[n] - one[n]))) for n in names) / moved
@@ -141,9 +143,11 @@ def _dropout_step(golden, objective):
     pairs = tf.constant(golden["dropout_step/pairs"])
     metrics = step([(pairs, tf.zeros([4], tf.int32))], [None, None])
     layers = {**_layers(g), **_layers(d)}
-    after = {key: getattr(layers[key.split("/")[0]], key.split("/")[1]).numpy()
-             for key in (k[len("dropout_step/after/"):] for k in golden
-                         if k.startswith("dropout_step/after/"))}
+    after = {}
+    for key in (k[len("dropout_step/after/"):] for k in golden
+                if k.startswith("dropout_step/after/")):
+        layer, variable = key.split("/")
+        after[key] = as_held(layers[layer], variable, getattr(layers[layer], variable).numpy())
     return metrics, after, int(g.dropout[4].calls.numpy())
 
 
