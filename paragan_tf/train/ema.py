@@ -65,6 +65,9 @@ class GeneratorEMA:
 
     def update(self, step: tf.Tensor) -> None:
         """One EMA step after G update number `step` (0-based)."""
+        if not (self.decay or self.half_life_images):  # no average (pix2pix's): a copy,
+            self.copy()  # not three passes over G's weights that give the same
+            return
         decay = self.decay_at(step)
         for a, s in self._pairs(True):
             a.assign(decay * a + (1.0 - decay) * s)

@@ -48,44 +48,52 @@ from paragan_tf.errors import ConfigError
 
 
 class Adam(keras.optimizers.Adam):
-    """tf_keras' Adam with its step's scalars computed once per update, not per variable.
+    """tf_keras' Adam with each variable's update one fused op (ResourceApplyAdam).
 
-    tf_keras' `update_step` recomputes the learning rate (a schedule's whole formula),
-    the bias corrections and alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t) for every
-    variable: about half of Adam's ops, and every op is paid again each time a step is
-    traced and optimised. Here alpha is made once per `apply_gradients` and each
-    variable's update is tf_keras' own, operation for operation, so the weights come out
-    bit for bit the same (tests/train/test_optimizers.py). Sparse gradients, AMSGrad and
-    the adaptive epsilon take tf_keras' update unchanged.
+    tf_keras' `update_step` takes 12 ops per variable, each a pass over the weights, and
+    recomputes the learning rate (a schedule's whole formula) and the bias corrections for
+    every variable: at pix2pix's 57 M weights those passes were a quarter of a bfloat16 step
+    at 256 px (docs/benchmarks.md, "pix2pix against its reference"). Here the step's beta
+    powers are made once per `apply_gradients` and each variable is updated by TensorFlow's
+    own fused Adam kernel: one pass, the same arithmetic in the same order, but its
+    (1 - beta_1) and (1 - beta_2) are taken in float32, where tf_keras takes them in
+    double (relative 1.3e-5 apart at beta_2 = 0.999): the weights agree with tf_keras' to
+    float32's rounding (tests/train/test_optimizers.py). Sparse gradients, AMSGrad, the
+    adaptive epsilon and a variable without a single handle (a sharded one) take
+    tf_keras' update unchanged.
     """
 
-    _alpha = None  # this update's alpha, while `apply_gradients` runs
+    _powers = None  # this update's (beta_1 ** t, beta_2 ** t), while `apply_gradients` runs
 
     def _distributed_apply_gradients_fn(self, distribution, grads_and_vars, **kwargs):
         try:
             return super()._distributed_apply_gradients_fn(distribution, grads_and_vars,
                                                            **kwargs)
         finally:
-            self._alpha = None
+            self._powers = None
 
-    def _step_alpha(self, dtype) -> tf.Tensor:
-        if self._alpha is None or self._alpha.dtype != dtype:
-            lr = tf.cast(self.learning_rate, dtype)
+    def _step_powers(self, dtype):
+        if self._powers is None or self._powers[0].dtype != dtype:
             local_step = tf.cast(self.iterations + 1, dtype)
-            beta_1_power = tf.pow(tf.cast(self.beta_1, dtype), local_step)
-            beta_2_power = tf.pow(tf.cast(self.beta_2, dtype), local_step)
-            self._alpha = lr * tf.sqrt(1 - beta_2_power) / (1 - beta_1_power)
-        return self._alpha
+            self._powers = (tf.pow(tf.cast(self.beta_1, dtype), local_step),
+                            tf.pow(tf.cast(self.beta_2, dtype), local_step),
+                            tf.cast(self.learning_rate, dtype))
+        return self._powers
 
     def update_step(self, gradient, variable):
-        if isinstance(gradient, tf.IndexedSlices) or self.amsgrad or self.adaptive_epsilon:
-            return super().update_step(gradient, variable)
-        alpha = self._step_alpha(variable.dtype)
         index = self._index_dict[self._var_key(variable)]
         m, v = self._momentums[index], self._velocities[index]
-        m.assign_add((gradient - m) * (1 - self.beta_1))
-        v.assign_add((tf.square(gradient) - v) * (1 - self.beta_2))
-        variable.assign_sub((m * alpha) / (tf.sqrt(v) + self.epsilon))
+        handles = [getattr(x, "handle", None) for x in (variable, m, v)]
+        if (isinstance(gradient, tf.IndexedSlices) or self.amsgrad or self.adaptive_epsilon
+                or any(h is None for h in handles)):
+            return super().update_step(gradient, variable)
+        dtype = variable.dtype
+        beta_1_power, beta_2_power, lr = self._step_powers(dtype)
+        return tf.raw_ops.ResourceApplyAdam(
+            var=handles[0], m=handles[1], v=handles[2], beta1_power=beta_1_power,
+            beta2_power=beta_2_power, lr=lr, beta1=tf.cast(self.beta_1, dtype),
+            beta2=tf.cast(self.beta_2, dtype), epsilon=tf.cast(self.epsilon, dtype),
+            grad=tf.cast(gradient, dtype))
 
 
 _CLASSES = {"adam": Adam, "sgd": keras.optimizers.SGD,

@@ -46,9 +46,10 @@ def test_hold_at_the_peak_before_the_decay():
     assert float(held(510)) == pytest.approx(0.1) and float(held(2000)) == pytest.approx(0.1)
 
 
-def test_our_adam_updates_bit_for_bit_as_tf_keras_adam_with_fewer_ops():
-    """optimizers.Adam computes alpha once per update: the same weights as tf_keras' Adam
-    (traced and eager steps, a schedule, beta_1 > 0), and fewer ops in a traced update."""
+def test_our_adam_updates_as_tf_keras_adam_to_float32_rounding_with_fewer_ops():
+    """optimizers.Adam updates each variable in one fused op: the weights of tf_keras' Adam
+    to float32's rounding (traced and eager steps, a schedule, beta_1 > 0), and far fewer
+    ops in a traced update."""
     import tf_keras as keras  # pylint: disable=import-outside-toplevel
     rng = np.random.default_rng(0)
     start = [rng.normal(size=s).astype(np.float32) for s in [(3, 3, 4, 8), (8,), (10, 5)]]
@@ -68,9 +69,14 @@ def test_our_adam_updates_bit_for_bit_as_tf_keras_adam_with_fewer_ops():
                 opt.apply_gradients(zip(grads, variables))
         weights.append([v.numpy() for v in variables])
         ops.append(len(traced.get_concrete_function(grads).graph.get_operations()))
-    for keras_weight, ours in zip(*weights):
-        np.testing.assert_array_equal(ours, keras_weight)
-    assert ops[1] < ops[0], ops
+    for first, keras_weight, ours in zip(start, *weights):
+        print("largest difference", np.max(np.abs(ours - keras_weight)), "largest move",
+              np.max(np.abs(keras_weight - first)))
+        assert np.max(np.abs(keras_weight - first)) > 1e-3  # the updates moved the weights
+        # Measured: 2.4e-7 apart at most, after 8 updates that moved them by up to 0.0079;
+        # beta_1 given for beta_2 (on purpose, once) was 0.0074 off.
+        np.testing.assert_allclose(ours, keras_weight, rtol=0, atol=1e-6)
+    assert ops[1] < ops[0] / 2, ops
 
 
 def test_policy_file_gives_each_network_its_own_scaled_rate_and_schedule(tiny_gin):
