@@ -89,10 +89,13 @@ def executed_conv_flops(graph: tf.Graph, outputs: Sequence[tf.Tensor]) -> int:
 
 
 def conv_probe(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Sequence[int]):
-    """(function, FLOPs it claims): forward, input and weight gradients of one SAME conv.
+    """(function, FLOPs it claims): forward, input and weight gradients of one VALID conv.
 
-    All three results feed the returned value; otherwise the forward pass (whose
-    value the gradients of a sum do not need) is pruned and never runs.
+    VALID, so that every multiply-add counted runs: oneDNN skips a SAME convolution's border
+    taps on the zeros, which made a probe of a small image (10 x 10, 4 x 4 kernel) read
+    above the datasheet (242.6 GFLOP/s against 235.2 on the 2-core Zen 4). All three
+    results feed the returned value; otherwise the forward pass (whose value the gradients
+    of a sum do not need) is pruned and never runs.
     """
     x = tf.cast(tf.random.stateless_normal(input_shape, [3, 4]), dtype)
     w = tf.cast(0.01 * tf.random.stateless_normal(kernel_shape, [5, 6]), dtype)
@@ -101,14 +104,14 @@ def conv_probe(dtype: tf.DType, input_shape: Sequence[int], kernel_shape: Sequen
     def run():
         with tf.GradientTape() as tape:
             tape.watch([x, w])
-            y = tf.nn.conv2d(x, w, 1, "SAME")
+            y = tf.nn.conv2d(x, w, 1, "VALID")
             loss = tf.reduce_sum(tf.cast(y, tf.float32))
         gx, gw = tape.gradient(loss, [x, w])
         return loss + tf.reduce_sum(tf.cast(gx, tf.float32)) + tf.reduce_sum(
             tf.cast(gw, tf.float32))
     batch, height, width, _ = input_shape
-    forward = 2 * batch * height * width * kernel_shape[0] * kernel_shape[1] \
-        * kernel_shape[2] * kernel_shape[3]
+    forward = 2 * batch * (height - kernel_shape[0] + 1) * (width - kernel_shape[1] + 1) \
+        * kernel_shape[0] * kernel_shape[1] * kernel_shape[2] * kernel_shape[3]
     return run, 3 * forward
 
 
@@ -136,10 +139,12 @@ def model_flops(exp: experiment_lib.Experiment) -> Dict[str, object]:
 
 
 def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps: int = 5,
-                warmup: int = 2, progress=print, profile_dir: Optional[str] = None) -> dict:
-    """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin."""
+                warmup: int = 2, progress=print, profile_dir: Optional[str] = None,
+                measured=None) -> dict:
+    """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin
+    (`measured`: the tuner's choice for `auto`, layout/tuning.py settle)."""
     exp, data = experiment_lib.build_or_stand_in(
-        [gin_file, f"gin/layouts/{layout}.gin"], bindings)
+        [gin_file, f"gin/layouts/{layout}.gin"], bindings, measured=measured)
     cfg = exp.settings.train
     trainer = sync_trainer.SyncTrainer(exp)
     times, waits = [], []
@@ -180,13 +185,16 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
 def step_suite(gin_file: str = "gin/biggan_cifar10.gin",
                layouts: Sequence[str] = ("fp32", "auto"), steps: int = 5, warmup: int = 2,
                bindings: Sequence[str] = (), progress=print,
-               profile_dir: Optional[str] = None) -> dict:
-    """Every layout's step time, the peaks, MFU and the speed-ups (see the module doc)."""
+               profile_dir: Optional[str] = None, measured=None) -> dict:
+    """Every layout's step time, the peaks, MFU and the speed-ups (see the module doc).
+    `measured`: what bin/train.py's first run of the step chooses (layout/tuning.py settle:
+    the cache, or timed now), which `auto` takes as training would."""
     if steps < 1:
         raise ConfigError("the step benchmark needs at least 1 timed step")
     runs = {}
     for name in layouts:
-        runs[name] = time_layout(gin_file, name, bindings, steps, warmup, progress, profile_dir)
+        runs[name] = time_layout(gin_file, name, bindings, steps, warmup, progress, profile_dir,
+                                 measured=measured if name == "auto" else None)
     conv = next(iter(runs.values()))["dominant_conv"]
     progress(f"peaks: 4096^2 matmul and conv {conv['input']} x {conv['kernel']}")
     peaks = {}

@@ -151,13 +151,27 @@ def _progress(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
+def _training_layout():
+    """`auto` as bin/train.py's run of --gin_file chooses it: the layout tuner's choice (the
+    cache, or timed now and cached), this process restarted with its oneDNN and threads
+    when they differ (every layout of the suite then runs under them)."""
+    from paragan_tf.layout import tuning as layout_tuning  # pylint: disable=C0415
+    from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
+    experiment.parse([FLAGS.gin_file, "gin/layouts/auto.gin"], FLAGS.gin_bindings)
+    settings = experiment.Settings.read()
+    measured = layout_tuning.settle(settings, progress=_progress)
+    common.restart_with(layout_tuning.restart_environment(settings, measured))
+    return measured
+
+
 def main(argv):
     if len(argv) > 1:
         common.fail(f"unexpected arguments {argv[1:]}")
     options = {}
     if FLAGS.suite == "step":
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
-                       layouts=FLAGS.layouts, steps=FLAGS.steps, profile_dir=FLAGS.profile_dir)
+                       layouts=FLAGS.layouts, steps=FLAGS.steps, profile_dir=FLAGS.profile_dir,
+                       measured=_training_layout() if "auto" in FLAGS.layouts else None)
     if FLAGS.suite == "layout":
         options = dict(gin_file=FLAGS.gin_file, bindings=FLAGS.gin_bindings,
                        rounds=FLAGS.rounds)

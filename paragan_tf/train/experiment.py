@@ -62,13 +62,13 @@ def parse(gin_files: Sequence[str], gin_bindings: Sequence[str], finalize: bool 
     gin_config.parse(gin_files, gin_bindings, finalize=finalize)
 
 
-def build_or_stand_in(gin_files: Sequence[str], gin_bindings: Sequence[str]
-                      ) -> Tuple["Experiment", str]:
+def build_or_stand_in(gin_files: Sequence[str], gin_bindings: Sequence[str],
+                      measured: Optional[Choice] = None) -> Tuple["Experiment", str]:
     """(the run the gin config describes, where its pixels come from): its own data, or,
     when that is not on this machine, a synthetic source of the same shape. For timing a
-    step, whose compute does not depend on the pixels."""
+    step, whose compute does not depend on the pixels. `measured`: as build's."""
     parse(gin_files, gin_bindings)
-    exp = build(check_data=False)
+    exp = build(check_data=False, measured=measured)
     try:
         exp.source.check()
         return exp, exp.source.name
@@ -77,7 +77,7 @@ def build_or_stand_in(gin_files: Sequence[str], gin_bindings: Sequence[str]
     stand_in = STAND_INS[exp.source.kind]
     parse(gin_files, list(gin_bindings) + [f"dataset.name = '{stand_in}'",
                                            f"dataset.channels = {exp.source.channels}"])
-    return build(), f"{stand_in} stand-in ({missing})"
+    return build(measured=measured), f"{stand_in} stand-in ({missing})"
 
 
 @dataclasses.dataclass

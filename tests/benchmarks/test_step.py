@@ -13,7 +13,8 @@ from benchmarks import step as step_bench
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 
 INPUT, KERNEL = [2, 8, 8, 4], [3, 3, 4, 6]
-FORWARD = 2 * 2 * 8 * 8 * 3 * 3 * 4 * 6
+FORWARD = 2 * 2 * 8 * 8 * 3 * 3 * 4 * 6  # a SAME conv's
+VALID_FORWARD = 2 * 2 * 6 * 6 * 3 * 3 * 4 * 6  # the probe's: every counted tap runs
 
 
 def _executed(fn) -> int:
@@ -23,7 +24,7 @@ def _executed(fn) -> int:
 
 def test_the_conv_probe_runs_every_flop_it_claims():
     run, claimed = step_bench.conv_probe(tf.float32, INPUT, KERNEL)
-    assert claimed == 3 * FORWARD
+    assert claimed == 3 * VALID_FORWARD
     assert _executed(run) == claimed
 
 
@@ -91,3 +92,31 @@ def test_step_benchmark_binary_on_the_tiny_config(tmp_path):
     shares = result["layouts"]["fp32"]["profile"]["op_time_share"]
     assert any("Conv2D" in op for op in shares)  # the model's convolutions show up
     assert 0 < sum(shares.values()) <= 1.0 + 1e-9  # the top op types' shares of busy time
+
+
+@pytest.mark.slow
+def test_the_step_benchmarks_auto_is_what_a_first_training_run_chooses(tmp_path, monkeypatch):
+    """`auto` takes the layout tuner's choice for the step, as bin/train.py does (here a
+    cached one whose precision is not the rule's), not the rules alone."""
+    from paragan_tf.layout import cache as layout_cache  # pylint: disable=C0415
+    from paragan_tf.layout import rules as layout_lib  # pylint: disable=C0415
+    from paragan_tf.layout import tuning as layout_tuning  # pylint: disable=C0415
+    from paragan_tf.layout.choice import Choice  # pylint: disable=C0415
+    from paragan_tf.train import experiment  # pylint: disable=C0415
+    monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "layouts.json"))
+    experiment.parse(["gin/tiny.gin", "gin/layouts/auto.gin"], [])
+    settings = experiment.Settings.read()
+    hardware = layout_lib.detect()
+    rule, _ = layout_lib.rule_precision(hardware)
+    key, facts = layout_tuning.cache_key(
+        hardware, layout_tuning.step_shape(settings, rule),
+        layout_tuning.pinned(settings.layout.pins(), settings.strategy))
+    other = "float32" if rule != "float32" else "mixed_bfloat16"
+    cached = Choice(xla=False, onednn=layout_lib.onednn_in_effect(hardware), precision=other)
+    assert layout_cache.write(key, dict(facts, choice=cached.settings())) is None
+    out = tmp_path / "step.json"
+    proc = run_binary("bench.py", "--suite=step", "--gin_file=gin/tiny.gin", "--steps=1",
+                      "--layouts=auto", f"--output={out}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    layout = json.loads(out.read_text())["layouts"]["auto"]["layout"]
+    assert (layout["precision"], layout["source"]) == (other, "cache"), layout
