@@ -7,9 +7,11 @@ measured, not remembered (docs/benchmarks.md, "pix2pix against its reference").
         --reference_dir=/tmp/pix2pix --rounds=2 --output=benchmarks/results/pix2pix_vs_ref.json
 
 The reference side is benchmarks/probes/pix2pix_reference_step.py in the scratch venv that
-has torch (never a dependency of ours); ours is `bin/bench.py --suite=step` on
-gin/pix2pix_fashion_mnist_edges.gin at the point's size, batch and widths, with the layouts
-of --layouts (gin/layouts/<name>.gin), each in a process of its own. Per side, point and
+has torch (never a dependency of ours), on random tensors; ours is `bin/bench.py
+--suite=step` on gin/pix2pix_fashion_mnist_edges.gin at the point's size, batch and widths,
+on random pairs padded to the size (`synthetic_pairs`: no decoding or resizing beside the
+step, as the reference's tensors), with the layouts of --layouts (gin/layouts/<name>.gin),
+each in a process of its own. Per side, point and
 precision: every round's median seconds per iteration; the JSON's `best` is each side's
 fastest precision per point, and `ours_over_reference` their ratio.
 """
@@ -53,7 +55,8 @@ def reference(args, point: str) -> dict:
 def ours(args, point: str, layout: str) -> dict:
     resolution, batch, width = point.split(":")
     bindings = [f"dataset.resolution={resolution}", f"train.batch_size={batch}",
-                f"Pix2PixGenerator.ch={width}", f"PatchDiscriminator.ch={width}"]
+                f"Pix2PixGenerator.ch={width}", f"PatchDiscriminator.ch={width}",
+                "dataset.name='synthetic_pairs'", "dataset.fit='pad'"]
     found = _json_of([sys.executable, os.path.join(REPO, "bin", "bench.py"), "--suite=step",
                       f"--gin_file={GIN}", f"--layouts={layout}",
                       f"--steps={args.iterations}",
