@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from paragan_tf import teardown
+
 
 def _say(**fields) -> None:
     sys.stdout.write(json.dumps(fields) + "\n")
@@ -26,7 +28,6 @@ def _say(**fields) -> None:
 
 
 def main(argv) -> None:
-    import paragan_tf  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     from absl import logging  # pylint: disable=import-outside-toplevel
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
     from paragan_tf.train import sync_trainer  # pylint: disable=import-outside-toplevel
@@ -47,17 +48,12 @@ def main(argv) -> None:
          train_step_flops=flops, replicas=exp.strategy.num_replicas_in_sync)
     while True:
         command = sys.stdin.readline().strip()
-        if command in ("quit", ""):
-            _exit()
+        if command in ("quit", ""):  # here, while the iterators are still referenced
+            teardown.exit_now(0)
         steps = int(command)
         start = time.perf_counter()
         trainer.train(steps)
         _say(seconds=time.perf_counter() - start, steps=steps)
-
-
-def _exit() -> None:
-    sys.stdout.flush()
-    os._exit(0)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":
@@ -66,4 +62,4 @@ if __name__ == "__main__":
     except Exception as e:  # pylint: disable=broad-except
         lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
         _say(error=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:500])
-    _exit()
+    teardown.exit_now(0)  # the one exit path: without the input iterators' destructors

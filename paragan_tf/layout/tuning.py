@@ -138,22 +138,28 @@ def tune(settings, hardware: layout_lib.Hardware, pins: Dict[str, object],
             winner = layout_candidates.Candidate(**layout_timing.fastest(rows)["candidate"])
         second, more = layout_candidates.second_stage(winner, hardware)
         record["notes"] += more
-        startup = min((r["startup_seconds"] for stage_rows in record["stages"]
-                       for r in stage_rows if r["startup_seconds"]), default=0.0)
+        # Stage two is started only where its children, judged by the slowest start-up of
+        # stage one, can be ready and timed in the budget; whatever it does, stage one's
+        # winner stands. With nothing timed yet (XLA, oneDNN and precision pinned: one
+        # candidate) it times that candidate, which may overrun the budget.
+        timed = any(r["seconds_per_step"] for rows in record["stages"] for r in rows)
+        startup = max((r["startup_seconds"] or 0.0 for rows in record["stages"]
+                       for r in rows), default=0.0)
         left = deadline - time.monotonic()
-        if len(second) > 1 and left < layout_timing.cost(startup, min(at_once, len(second))):
+        if timed and len(second) > 1 and left < layout_timing.cost(
+                startup, min(at_once, len(second))):
             progress(f"layout tuning: the thread variant skipped ({left:.0f} s of "
                      f"the budget left, a start-up took {startup:.0f} s)")
-        elif len(second) > 1:
+        elif len(second) > 1 or not timed:
             rows = layout_timing.measure(second, config_file, rounds, deadline, progress,
-                                         at_once=at_once, first_may_overrun=False)
+                                         at_once=at_once, first_may_overrun=not timed)
             record["stages"].append(rows)
             if any(r["seconds_per_step"] for r in rows):
                 _report(rows, progress)
                 winner = layout_candidates.Candidate(**layout_timing.fastest(rows)["candidate"])
             else:
-                progress("layout tuning: the thread variant not timed within "
-                         "the time budget")
+                progress("layout tuning: the thread variant not timed within the time "
+                         "budget; stage one's choice stands")
     record["seconds"] = round(time.monotonic() - started, 1)
     return winner, record
 

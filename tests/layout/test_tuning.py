@@ -301,6 +301,40 @@ def test_a_tuning_whose_first_start_up_fills_the_budget_keeps_the_rules_candidat
     assert clock.now < 130.0
 
 
+def test_a_second_stage_whose_children_are_not_ready_in_time_keeps_stage_ones_winner(
+        no_env_pins, monkeypatch, tiny_gin):
+    """The issue's repro: stage one's children start in 20 s, stage two's in 25 s, a 57 s
+    budget. Stage two starts only where its children can be ready and timed in the budget;
+    whatever it does, stage one's measured winner is kept (it was: "no candidate built and
+    timed its step", and the run exited 2)."""
+    tiny_gin("layout.xla = 'off'")
+    clock, started = _fake_children(monkeypatch, lambda c: 25.0 if c.inter_op_threads else 20.0,
+                                    lambda c: 0.3)
+    lines = []
+    winner, record = layout_tuning.tune(experiment.Settings.read(), CPU_AMX, {"xla": "off"},
+                                        "float32", 57.0, progress=lines.append)
+    first = layout_timing.fastest(record["stages"][0])
+    assert winner == Candidate(**first["candidate"]) and first["seconds_per_step"]
+    assert any("thread variant" in line for line in lines), lines
+    assert clock.now <= 57.0 + 1e-9, (clock.now, "\n".join(lines))
+
+
+def test_a_run_with_every_setting_pinned_times_its_one_candidate_past_the_budget(
+        no_env_pins, monkeypatch, tiny_gin):
+    """XLA, oneDNN and precision pinned (one candidate) and a start-up of 100 s against the
+    90 s budget: the one candidate is waited for and timed, never failed by the deadline."""
+    tiny_gin("layout.xla = 'off'")
+    clock, started = _fake_children(monkeypatch, lambda c: 100.0, lambda c: 0.3)
+    lines = []
+    pins = {"xla": "off", "onednn": "on", "precision": "float32"}
+    winner, record = layout_tuning.tune(experiment.Settings.read(), CPU_AMX, pins, "float32",
+                                        90.0, progress=lines.append)
+    assert (winner.xla, winner.onednn, winner.precision) == (False, True, "float32")
+    timed = [r for stage in record["stages"] for r in stage
+             if Candidate(**r["candidate"]) == winner]
+    assert timed and timed[0]["seconds_per_step"] == 0.3, (record, "\n".join(lines))
+
+
 def test_the_benchmark_times_every_candidate_without_a_budget_or_a_drop(monkeypatch):
     """bin/bench.py --suite=layout: no deadline (waits stay finite) and nothing dropped."""
     _fake_children(monkeypatch, lambda c: 50.0 if c.xla else 20.0,
