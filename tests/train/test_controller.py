@@ -244,7 +244,9 @@ def test_sigterm_ends_the_call_then_checkpoints_and_raises_interrupted(tiny_gin,
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-10")
     assert run_files.read(str(tmp_path), "end") == []  # stopped, not finished
     # The stop record: the step saved and when its training ended, before the checkpoint.
-    [stop] = run_files.read(str(tmp_path), "stop")
+    stops = run_files.read(str(tmp_path), "stop")
+    assert len(stops) == 1, stops
+    stop = stops[0]
     assert (stop["step"], stop["signal"]) == (10, signal.SIGTERM)
     checkpoint_written = os.path.getmtime(tf.train.latest_checkpoint(str(tmp_path)) + ".index")
     assert stop["trained_until"] <= checkpoint_written + 0.01 <= stop["time"] + 0.02
