@@ -42,6 +42,21 @@ def _zero_rate():
     return Zero()
 
 
+def break_experiment(exp, variant: str) -> None:
+    """Breaks the built experiment `exp` as `variant` says, in what the step uses (its
+    objective, its optimizers); tests/benchmarks/test_learning_gate_breaks.py holds that each
+    variant reaches the step."""
+    if variant not in VARIANTS:
+        raise ValueError(f"LEARNING_GATE_BREAK={variant!r}; choose one of {VARIANTS}")
+    if variant == "swap_logits":
+        from paragan_tf.objective import losses
+        loss = exp.objective.loss
+        exp.objective.loss = losses.LossPair(_swapped(loss.fn), loss.pairs_real)
+    else:
+        optimizer = exp.g_optimizer if variant == "freeze_g" else exp.d_optimizer
+        optimizer.learning_rate = _zero_rate()
+
+
 def pytest_configure(config):
     variant = os.environ.get("LEARNING_GATE_BREAK")
     if not variant:
@@ -53,13 +68,7 @@ def pytest_configure(config):
 
     def broken_build(*args, **kwargs):
         exp = build(*args, **kwargs)
-        if variant == "swap_logits":
-            from paragan_tf.objective import losses
-            loss = exp.objective.loss
-            exp.objective.loss = losses.LossPair(_swapped(loss.fn), loss.pairs_real)
-        else:
-            optimizer = exp.g_optimizer if variant == "freeze_g" else exp.d_optimizer
-            optimizer.learning_rate = _zero_rate()
+        break_experiment(exp, variant)
         print(f"learning gate broken on purpose: {variant}")
         return exp
 
