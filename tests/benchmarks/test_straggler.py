@@ -52,17 +52,20 @@ def _throttled_run(hook) -> tuple:
 
 
 def _throttle_works(paused: float, ratio: float, fraction: float) -> bool:
-    # Stopped `fraction` of the time (sampled from here: the check that holds under any
-    # load), and turning at about the rest of the other's rate: 0.53-0.55 of it with the
-    # machine otherwise idle; 0.30-0.65 beside a busy cluster or a sampler 5x as frequent,
-    # which shares the cores (a process woken from a pause is scheduled ahead of the ones
-    # sharing its core) (2026-11-29).
-    return paused == pytest.approx(fraction, abs=0.1) and 0.2 <= ratio <= 0.75
+    # First and foremost stopped `fraction` of the time (sampled from here: the check that
+    # holds under any load, and the one an inverted duty cycle fails), then turning at about
+    # the rest of the other's rate: 0.53-0.55 of it at 0.5 with the machine otherwise idle;
+    # 0.30-0.65 beside a busy cluster or a sampler 5x as frequent, which shares the cores (a
+    # process woken from a pause is scheduled ahead of the ones sharing its core)
+    # (2026-11-29): within 0.3 of 1 - fraction.
+    return (paused == pytest.approx(fraction, abs=0.1)
+            and abs(ratio - (1.0 - fraction)) <= 0.3)
 
 
-def test_a_throttled_worker_runs_at_the_asked_fraction_of_an_unthrottled_one():
+@pytest.mark.parametrize("condition", ["slow50", "slow25"])
+def test_a_throttled_worker_runs_at_the_asked_fraction_of_an_unthrottled_one(condition):
     from benchmarks import straggler
-    fraction = straggler.slow_fraction("slow50")
+    fraction = straggler.slow_fraction(condition)
     assert _throttle_works(*_throttled_run(straggler.throttle("worker:1", fraction)),
                            fraction)
 
@@ -72,6 +75,15 @@ def test_a_throttle_that_does_nothing_fails_that_check():
     from benchmarks import straggler
     fraction = straggler.slow_fraction("slow50")
     assert not _throttle_works(*_throttled_run(lambda tasks: None), fraction)
+
+
+def test_an_inverted_duty_cycle_fails_that_check():
+    """The negative control at 0.25: paused and running swapped (paused 0.75), which at 0.5
+    would look the same."""
+    from benchmarks import straggler
+    fraction = straggler.slow_fraction("slow25")
+    assert not _throttle_works(*_throttled_run(straggler.throttle("worker:1", 1 - fraction)),
+                               fraction)
 
 
 def test_a_throttle_refuses_a_fraction_it_cannot_run_at():
