@@ -51,6 +51,7 @@ def _main() -> int:
     if not FLAGS.dry_run and server.serve_if_server_task(*experiment.Settings.read_cluster()):
         return 0
     settings = experiment.Settings.read()
+    experiment.refuse(settings)  # before the layout tuning: one line, no child started
     # The layout measured on this machine (cached; the first run of a step shape times
     # its candidates); oneDNN and the thread counts need TensorFlow restarted.
     measured = layout_tuning.settle(settings, allow_measuring=not FLAGS.dry_run)

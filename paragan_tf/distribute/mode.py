@@ -105,6 +105,14 @@ class Mode:
                               f"{list(cls.strategies)} only, not {strategy_kind!r}")
 
     @classmethod
+    def refuse_settings(cls, config, strategy_kind: str, optimizers, precision: str) -> None:
+        """Everything this mode refuses that the run's settings alone decide: its strategy,
+        and what it asks of the optimizers (G's and D's OptimizerConfig) and the precision
+        (layout.precision): before any work (train/experiment.py `refuse`)."""
+        del optimizers, precision  # this mode asks nothing of them
+        cls.refuse(config, strategy_kind)
+
+    @classmethod
     def prepare(cls, config, strategy_kind: str) -> None:
         """What must happen before TensorFlow initialises (the devices a replica needs)."""
         cls.refuse(config, strategy_kind)

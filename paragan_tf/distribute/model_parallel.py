@@ -30,6 +30,7 @@ from paragan_tf.distribute import staging
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.distribute.mode import GRADIENT_BYTES, Mode, ModePlan
 from paragan_tf.errors import ConfigError
+from paragan_tf import precision as precision_lib
 from paragan_tf.scale import memory as memory_lib
 
 PLACEMENTS = ("replica", "split")
@@ -92,14 +93,26 @@ class ShardedOptimizer(Mode):
     def describe(self) -> str:
         return "G and D on the replica's device, Adam's moments 1/N per replica"
 
-    def optimizer(self, where: str, kind: str, policy, **adam):
+    @classmethod
+    def refuse_settings(cls, config, strategy_kind, optimizers, precision) -> None:
+        super().refuse_settings(config, strategy_kind, optimizers, precision)
+        for optimizer in optimizers:
+            cls(config).refuse_optimizer(f"{optimizer.network}/optimizer", optimizer.name,
+                                         precision)
+
+    def refuse_optimizer(self, where: str, kind: str, precision: str) -> None:
+        """What the sharded Adam cannot be: another optimizer, or wrapped for loss scaling
+        (`precision`: layout.precision; 'auto' is decided later, by the hardware)."""
         if kind != "adam":
             raise ConfigError(f"{self.setting} shards Adam's moments; {where}.name={kind!r} "
                               f"is not Adam")
-        if policy.loss_scaling:
+        if precision != "auto" and precision_lib.policy(precision).loss_scaling:
             raise ConfigError(f"{self.setting} is not available with layout.precision="
-                              f"{policy.name!r} (its loss scaling wraps a keras optimizer); "
+                              f"{precision!r} (its loss scaling wraps a keras optimizer); "
                               f"use 'mixed_bfloat16' or 'float32'")
+
+    def optimizer(self, where: str, kind: str, policy, **adam):
+        self.refuse_optimizer(where, kind, policy.name)
         return sharded_adam.ShardedAdam(**adam)
 
     def apply(self, healthy, precision, grads, variables) -> None:

@@ -118,6 +118,18 @@ class Experiment:
                        if isinstance(self.augment, ada_lib.AdaptiveAugment) else {}))
 
 
+def refuse(settings: Settings) -> None:
+    """Raises ConfigError naming the first setting the run cannot take that its settings
+    alone decide: the family's refusals, the strategy's combinations (train/combinations.py)
+    and the parallel mode's. bin/train.py calls it before the layout tuning, so a refused
+    setting is one line before any child process starts, tuned or pinned alike."""
+    families.family_class(settings.model.family)(settings.model.options).refuse(settings)
+    combinations.refuse(settings, settings.strategy.kind)
+    settings.model_parallel.mode_class.refuse_settings(
+        settings.model_parallel, settings.strategy.kind,
+        (settings.g_optimizer, settings.d_optimizer), settings.layout.precision)
+
+
 def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = True,
           settings: Optional[Settings] = None,
           measured: Optional[Choice] = None) -> Experiment:

@@ -532,3 +532,25 @@ def test_train_tunes_in_child_processes_within_its_budget_restarts_and_reads_the
     assert second.returncode == 0, second.stderr[-3000:]
     assert "from the cache" in second.stderr and "layout candidate" not in second.stderr
     assert json.loads(second.stdout.strip().splitlines()[-1])["layout"]["source"] == "cache"
+
+
+def test_a_refused_setting_is_one_line_before_any_tuning_child_starts(tmp_path):
+    """Sharded Adam with SGD on a first run (a cold cache, tuning on): refused by name at
+    once, tuned or pinned alike, no candidate timed and nothing cached (it was refused by
+    every tuning child, once per candidate, after the tuning's seconds)."""
+    cache = tmp_path / "layouts.json"
+    env = {k: v for k, v in os.environ.items() if k != layout_tuning.TUNE_ENV}
+    env.update(PARAGAN_TF_LAYOUT_CACHE=str(cache), PYTHONUNBUFFERED="1")
+    lines = set()
+    for layout in ("auto", "fp32"):
+        run = run_while_progressing(
+            [PYTHON, "bin/train.py", "--gin_file=gin/tiny.gin", f"--gin_file=gin/layouts/"
+             f"{layout}.gin", f"--model_dir={relative(tmp_path / layout)}",
+             "--gin_bindings=model_parallel.shard_optimizer=True",
+             "--gin_bindings=G/optimizer.name='sgd'"], env=env)
+        assert run.returncode == 2, run.stderr[-3000:]
+        assert "layout candidate" not in run.stderr and "layout tuning" not in run.stderr
+        lines.add(run.stderr.strip().splitlines()[-1])
+    assert lines == {"train.py: error: model_parallel.shard_optimizer=True shards Adam's "
+                     "moments; G/optimizer.name='sgd' is not Adam"}, lines
+    assert not cache.exists()
