@@ -47,6 +47,8 @@ from paragan_tf.errors import ConfigError
 # module and starts in a fraction of a second without it.
 
 LOCK_FILE = ".lock"
+# How long a refused run waits for the holder's record, written just after its lock.
+HOLDER_WAIT_SECONDS = 2.0
 
 
 def is_local(path: str) -> bool:
@@ -145,13 +147,9 @@ class Lock:
                             "sure no other run writes to it", self.model_dir)
             return self
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
+        holder = self._lock_or_holder(fd)
+        if holder is not None:
             os.close(fd)
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            holder = _holder(self.path)
             raise ConfigError(
                 f"--model_dir={self.model_dir} is in use by another run (pid "
                 f"{holder.get('pid', '?')} on {holder.get('host', '?')}, started "
@@ -171,6 +169,24 @@ class Lock:
         os.pwrite(fd, json.dumps(record).encode(), 0)
         self._fd = fd
         return self
+
+    def _lock_or_holder(self, fd: int) -> Optional[dict]:
+        """None once `fd` holds the lock, else the holder's record. A holder writes its
+        record just after it takes the lock, so a record read in between is empty: the lock
+        is tried and the record read again for up to HOLDER_WAIT_SECONDS."""
+        give_up = time.monotonic() + HOLDER_WAIT_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return None
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES):
+                    os.close(fd)
+                    raise
+            holder = _holder(self.path)
+            if holder.get("pid") or time.monotonic() > give_up:
+                return holder
+            time.sleep(0.05)
 
     def release(self) -> None:
         """Unlocks and clears the holder's record: the file stays, and the next run takes it

@@ -14,6 +14,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from paragan_tf.errors import ConfigError
 from tests.helpers import clusters
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 from tests.helpers.repo import PYTHON, REPO
@@ -154,3 +155,40 @@ def test_a_url_model_dir_is_not_made_local():
     from paragan_tf.train import model_dir as model_dir_lib
     assert model_dir_lib.resolve("gs://bucket/runs/x/") == "gs://bucket/runs/x"
     assert model_dir_lib.resolve("gs://bucket/runs/x") == "gs://bucket/runs/x"
+
+
+def test_a_refused_run_waits_for_a_record_written_just_after_the_lock(tmp_path):
+    """The race of two runs started at once: the holder has the lock but not yet its record
+    (written just after). The refused run names it anyway: it reads again for a moment
+    (it named "pid ? on ?" before)."""
+    import fcntl  # pylint: disable=import-outside-toplevel
+    import json  # pylint: disable=import-outside-toplevel
+    import threading  # pylint: disable=import-outside-toplevel
+    from paragan_tf.train import model_dir as model_dir_lib  # pylint: disable=C0415
+    holder = os.open(str(tmp_path / model_dir_lib.LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # locked, no record yet
+    record = dict(pid=12345, host="here", started="now", command="bin/train.py --x")
+    writer = threading.Timer(0.3, lambda: os.pwrite(holder, json.dumps(record).encode(), 0))
+    writer.start()
+    try:
+        with pytest.raises(ConfigError, match=r"in use by another run \(pid 12345 on here, "
+                                              r"started now: bin/train.py --x\)"):
+            model_dir_lib.Lock(str(tmp_path)).acquire()
+    finally:
+        writer.join()
+        os.close(holder)
+
+
+def test_two_runs_started_at_once_one_trains_and_the_other_names_it(tmp_path):
+    model_dir = tmp_path / "run"
+    logs = [tmp_path / f"run{i}.log" for i in range(2)]
+    runs = [_start(model_dir, log, "train.total_steps=4") for log in logs]
+    for run in runs:
+        run.wait(timeout=600)
+    refused = [i for i, run in enumerate(runs) if run.returncode == 2]
+    assert sorted(run.returncode for run in runs) == [0, 2], [r.returncode for r in runs]
+    (loser,) = refused
+    winner = runs[1 - loser]
+    errors = _error_lines(logs[loser].read_text())
+    assert len(errors) == 1 and f"(pid {winner.pid} on " in errors[0], errors
+    assert "bin/train.py" in errors[0] and " ?" not in errors[0], errors
