@@ -16,7 +16,11 @@ the range over the repeats of
   shows as equal numbers), and the CPU seconds of the parameter server and the chief.
 
     python benchmarks/probes/ablation_table.py benchmarks/results/ablation_*.json \
-        [--accuracy=0.9] [--fcd=10]
+        [--accuracy=0.9] [--fcd=10] [--verdict]
+
+--verdict prints the short table docs/benchmarks.md's verdict reads instead: per straggler
+kind, the sample buffer's images/s over synchronous training's, and both modes' median
+seconds to each target with the buffer's gain (plain policy).
 """
 
 from __future__ import annotations
@@ -105,18 +109,47 @@ def table(results: Sequence[dict], accuracy: float = 0.9, fcd: float = 10.0) -> 
     return "\n".join(lines)
 
 
+KIND_NAMES = {"even": "even", "restart": "restart", "slow50": "half speed",
+              "slow25": "a quarter slower", "slow75": "quarter speed", "slow_input": "slow input"}
+
+
+def verdict(results: Sequence[dict], accuracy: float = 0.9, fcd: float = 10.0) -> str:
+    """The verdict's table: per kind, the buffer's images/s over synchronous training's and
+    each mode's median seconds to the targets, with the buffer's gain (see the module doc)."""
+    runs = rows(results, accuracy, fcd)
+    lines = [f"| kind | images/s, buffer / sync | s to acc. {accuracy:g}: sync / buffer | gain "
+             f"| s to FCD {fcd:g}: sync / buffer | gain |", "| --- " * 6 + "|"]
+    kinds = [k for k in KIND_NAMES if (k, "plain", "sync") in runs
+             and (k, "plain", "sample_buffer") in runs]
+    for kind in kinds:
+        sync, buffer = runs[(kind, "plain", "sync")], runs[(kind, "plain", "sample_buffer")]
+
+        def median(of, key):
+            return statistics.median(r[key] for r in of)
+
+        def seconds(key):
+            return " / ".join(_form(median(of, key), "{:.0f}") for of in (sync, buffer)
+                              ).replace("–", "not reached")
+        rate = median(buffer, "images_per_sec") / median(sync, "images_per_sec")
+        lines.append(f"| {KIND_NAMES[kind]} | {rate:.2f} | {seconds('to_accuracy')} | "
+                     f"{_gain(sync, buffer, 'to_accuracy')} | {seconds('to_fcd')} | "
+                     f"{_gain(sync, buffer, 'to_fcd')} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", help="bin/bench.py --suite=async_quality JSONs")
     parser.add_argument("--accuracy", type=float, default=0.9, help="conditional accuracy "
                         "target")
     parser.add_argument("--fcd", type=float, default=10.0, help="FCD target")
+    parser.add_argument("--verdict", action="store_true", help="the verdict's short table")
     args = parser.parse_args(argv)
     results = []
     for path in args.paths:
         with open(path) as f:
             results.append(json.load(f))
-    print(table(results, args.accuracy, args.fcd))
+    print((verdict if args.verdict else table)(results, args.accuracy, args.fcd))
 
 
 if __name__ == "__main__":

@@ -50,8 +50,9 @@ def test_a_median_of_runs_that_missed_the_target_is_not_a_number():
 
 
 def test_every_ablation_table_in_the_docs_is_its_committed_results_table():
-    """Each `python benchmarks/probes/ablation_table.py PATHS [--accuracy=A] [--fcd=F]` in
-    docs/benchmarks.md is followed by the table it prints from those committed JSONs."""
+    """Each `python benchmarks/probes/ablation_table.py PATHS [--accuracy=A] [--fcd=F]
+    [--verdict]` in docs/benchmarks.md is followed by the table it prints from those
+    committed JSONs (the verdict's too: editing it to say the arms are equal fails)."""
     with open(os.path.join(REPO, "docs", "benchmarks.md")) as f:
         docs = f.read()
     commands = re.findall(r"^python benchmarks/probes/ablation_table\.py (.+)$", docs, re.M)
@@ -62,11 +63,12 @@ def test_every_ablation_table_in_the_docs_is_its_committed_results_table():
                  for p in sorted(glob.glob(os.path.join(REPO, a)))]
         assert paths and all(p.startswith(os.path.join(REPO, "benchmarks", "results"))
                              for p in paths), f"{command}: no committed results JSON"
-        targets = dict(a[2:].split("=") for a in args if a.startswith("--"))
+        targets = dict(a[2:].split("=") for a in args if a.startswith("--") and "=" in a)
         results = []
         for path in paths:
             with open(path) as f:
                 results.append(json.load(f))
-        table = ablation_table.table(results, **{k: float(v) for k, v in targets.items()})
+        make = ablation_table.verdict if "--verdict" in args else ablation_table.table
+        table = make(results, **{k: float(v) for k, v in targets.items()})
         assert table in docs, (f"docs/benchmarks.md's table differs from python "
                                f"benchmarks/probes/ablation_table.py {command}")
