@@ -7,7 +7,8 @@ NaN guard does that, train/nan_guard.py):
 
 1. the network's gradients and weights, flattened into one vector and padded to N equal
    slices; replica r takes slice r;
-2. Adam's update of that slice with replica r's own moments (tf_keras' Adam arithmetic:
+2. Adam's update of that slice with replica r's own moments (the arithmetic of
+   TensorFlow's fused Adam kernel, which the unsharded Adam uses, betas in float32:
    alpha = lr sqrt(1 - beta_2^t) / (1 - beta_1^t), m += (g - m)(1 - beta_1),
    v += (g^2 - v)(1 - beta_2), w -= alpha m / (sqrt(v) + epsilon));
 3. the new slices all-gathered (`ReplicaContext.all_gather`), so every replica holds the
@@ -122,13 +123,17 @@ class ShardedAdam(tf.Module):
             flat = tf.pad(_flat(tensors), [[0, padded - moments.size]])
             return tf.slice(flat, [start], [shard])
         grad, weight = my_slice(grads), my_slice(variables)
+        # The betas as float32 before 1 - beta is taken, as the fused kernel the unsharded
+        # Adam uses (train/optimizers.py) takes them: the same arithmetic, the same weights.
+        beta_1, beta_2, epsilon = (tf.constant(x, tf.float32)
+                                   for x in (self.beta_1, self.beta_2, self.epsilon))
         step = tf.cast(self.iterations + 1, tf.float32)
         alpha = (tf.cast(self.learning_rate, tf.float32) *
-                 tf.sqrt(1.0 - tf.pow(self.beta_2, step)) / (1.0 - tf.pow(self.beta_1, step)))
+                 tf.sqrt(1.0 - tf.pow(beta_2, step)) / (1.0 - tf.pow(beta_1, step)))
         m, v = tf.convert_to_tensor(moments.m), tf.convert_to_tensor(moments.v)
-        m_new = m + (grad - m) * (1.0 - self.beta_1)
-        v_new = v + (tf.square(grad) - v) * (1.0 - self.beta_2)
-        weight = weight - alpha * m_new / (tf.sqrt(v_new) + self.epsilon)
+        m_new = m + (grad - m) * (1.0 - beta_1)
+        v_new = v + (tf.square(grad) - v) * (1.0 - beta_2)
+        weight = weight - (m_new * alpha) / (tf.sqrt(v_new) + epsilon)
         moments.m.assign(tf.where(healthy, m_new, m))
         moments.v.assign(tf.where(healthy, v_new, v))
         whole = ctx.all_gather(weight, axis=0)[:moments.size]
