@@ -41,15 +41,15 @@ from paragan_tf.generate import sampling
 from paragan_tf.train import experiment
 from paragan_tf.train import driver
 
-# Margins, from the default's run and the broken variants (Intel Xeon family 6 model 106,
-# 2 cores, auto layout = float32, 2026-11-28, 400 steps at width 8; each
-# `LEARNING_GATE_BREAK=<variant> python -m pytest -p benchmarks.probes.learning_gate_breaks
-# tests/e2e/test_learning_gate.py -s`):
+# Margins, from the default's run (Intel Xeon family 6 model 106, 2 cores, auto layout =
+# float32, 2026-11-28, 400 steps at width 8) and the broken variants through the objective
+# (AMD Zen 4, 2 cores, 2026-12-07; `BROKEN_JOBS=2 bash benchmarks/probes/broken_variants.sh
+# gate_swap_logits gate_freeze_g gate_freeze_d`, each caught by its expected check):
 #   run            D logit real / fake   gap in standard errors   G's conditional accuracy
 #   the default      -0.017 / -0.206              6.4                     0.953
-#   swap_logits      -1.927 /  5.975            -68.6                 (not reached)
-#   freeze_g          2.463 / -6.555             74.2                     0.112
-#   freeze_d         -9.667 / 24.641            -49.0                 (not reached)
+#   swap_logits      -2.714 / 10.161           -116.9                 (not reached)
+#   freeze_g        (gap passed)                                          0.111
+#   freeze_d         -9.620 / 23.858            -46.7                 (not reached)
 # (At the full width 16 and 300 steps, on a Zen 4 in bfloat16, 2026-11-27: the default 5.6
 # and 0.990.)
 # The gap's margin is set by noise, not by the variants (they miss it by far): a D that
