@@ -34,8 +34,11 @@ def test_the_sample_buffer_under_a_congested_store_on_one_worker(tmp_path, mnist
     assert run["images_per_sec"] > 0 and run["steps"] > 10
     # Stopped at the deadline, 15 s after the first record: the rounds in flight settle
     # first, one of them a read of worker:1's slow store (3 s): 16.4-18.2 s here, alone
-    # and in the full suite (2026-11-29). Counted from the launch it would be over 40 s.
-    assert 15.0 <= run["training_seconds"] <= 24.0, run["training_seconds"]
+    # and in the full suite (2026-11-29). Rounds finish in order, so one such read can
+    # also hold every later round just before the deadline, and the last one finished
+    # ends up to 3 s early (13.2 s under a load of two more processes, 2026-12-07).
+    # Counted from the launch it would be over 40 s.
+    assert 15.0 - 3.0 <= run["training_seconds"] <= 24.0, run["training_seconds"]
     assert np.isfinite(run["fcd"]) and 0.0 <= run["conditional_accuracy"] <= 1.0
     assert result["slow_input"]["latency_ms"] == 1500.0
     closures = run["closures_by_worker"]
