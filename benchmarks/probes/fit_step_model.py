@@ -27,6 +27,13 @@ alone cannot (paragan_tf/scale/step_model.py).
 
 A float32 point on a GPU runs its matrix products as TF32 (reference_step.py sets it, as
 TensorFlow does by default): its peak is the catalogue's TF32 peak (scale/devices.py).
+
+The model's form is the GPU's (`--overlap`, the default: an update takes the longer of its
+work and its ops' dispatch; --nooverlap adds them, as on a CPU). Each fit is repeated on
+every combination of the fitted points' repeated timings (`seconds_per_iteration_all`),
+and the constants' range over those refits is printed and stored as their uncertainty.
+Every row says which regime the model puts the point in (compute-, memory- or
+launch-bound), and `band` is the range of modelled over measured seconds over all rows.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fnmatch
+import itertools
 import json
 import os
 import sys
@@ -52,8 +60,11 @@ from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-imp
 
 PRECISIONS = {"bfloat16": "mixed_bfloat16", "float32": "float32"}
 # The reference's network at each size it is timed at (docs/scale.md's table of configs).
-CONFIGS = {64: "gin/biggan_imagenet64.gin", 128: "gin/biggan_imagenet128.gin",
-           256: "gin/biggan_256.gin"}
+CONFIGS = {32: "gin/biggan_cifar10.gin", 64: "gin/biggan_imagenet64.gin",
+           128: "gin/biggan_imagenet128.gin", 256: "gin/biggan_256.gin"}
+# At most this many combinations of the points' repeated timings are refitted for the
+# constants' spread (every one, up to it).
+MOST_REFITS = 64
 
 
 def _spec(row: dict) -> str:
@@ -105,6 +116,7 @@ def _row(point: step_model.Point, row: dict, constants, fitted: bool,
     peak = row.get("peak_memory_bytes")
     ours = point.cost.totals(point.batch, point.d_steps, point.accumulation)["flops"]
     out = dict(point=point.name, device=row["device"], fitted=fitted,
+               regime=step_model.regime(constants, point) if constants else None,
                measured_seconds=point.seconds, modelled_seconds=modelled,
                ratio=modelled / point.seconds if modelled else None,
                measured_fraction_of_peak=step_model.fraction_of_peak(point, point.seconds),
@@ -113,13 +125,28 @@ def _row(point: step_model.Point, row: dict, constants, fitted: bool,
                memory_ratio=planned / peak if peak else None)
     print(f"  {out['point']:22s} measured {point.seconds:8.4f} s  "
           + (f"modelled {modelled:8.4f} s  ratio {out['ratio']:5.2f}" if modelled else
-             "not modelled") + f"{'  (fitted)' if fitted else ''}  "
+             "not modelled") + f"{'  (fitted)' if fitted else '  (held out)'}  "
+          + (f"{out['regime']}  " if constants else "") +
           f"{out['measured_fraction_of_peak']:.1%} of the peak  FLOPs ref/ours "
           f"{out['reference_flops_over_ours']:.3f}  memory planned "
           f"{planned / memory.GIB:.2f} GiB" + (
               f", measured {peak / memory.GIB:.2f} GiB (ratio {out['memory_ratio']:.2f})"
               if peak else " (not measured)"))
     return out
+
+
+def _spread(chosen, fixed: dict, overlap: bool) -> dict:
+    """The fitted constants' range when refitted on each combination of the points' repeated
+    timings (a point without repeats keeps its one)."""
+    repeats = [r.get("seconds_per_iteration_all") or [r["seconds_per_iteration"]]
+               for _, r in chosen]
+    fits = []
+    for seconds in itertools.islice(itertools.product(*repeats), MOST_REFITS):
+        fits.append(step_model.fit([dataclasses.replace(p, seconds=s)
+                                    for (p, _), s in zip(chosen, seconds)], fixed, overlap))
+    free = [n for n in step_model.NAMES if n not in fixed]
+    return dict(refits=len(fits), range={
+        n: [min(getattr(c, n) for c in fits), max(getattr(c, n) for c in fits)] for n in free})
 
 
 def main(argv=None) -> int:
@@ -134,6 +161,8 @@ def main(argv=None) -> int:
     parser.add_argument("--gin_file", action="append", default=None)
     parser.add_argument("--gin_bindings", action="append", default=[])
     parser.add_argument("--device", default=None, help="the catalogue row measured")
+    parser.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                        help="the GPU's form: an update takes max(work, dispatch)")
     parser.add_argument("--output", default=None)
     args = parser.parse_args(argv)
     fixed = {k: float(v) for k, _, v in (f.partition("=") for f in args.fix)}
@@ -163,21 +192,32 @@ def main(argv=None) -> int:
     result = dict(command=" ".join(sys.argv), measured=args.measured, fixed=fixed,
                   constants={}, not_fitted={}, rows=[])
     for precision in sorted({r["precision"] for r in rows}):
+        chosen = [(p, r) for p, r in zip(points, rows)
+                  if r["precision"] == precision and p.name in fitted_specs]
         try:
-            constants = step_model.fit([p for p, r in zip(points, rows) if r["precision"] ==
-                                        precision and p.name in fitted_specs], fixed)
+            constants = step_model.fit([p for p, _ in chosen], fixed, args.overlap)
         except errors.ConfigError as e:  # its points are still listed, unmodelled
             constants, result["not_fitted"][precision] = None, str(e)
             print(f"{precision}: not fitted: {e}")
         else:
             result["constants"][precision] = dataclasses.asdict(constants)
+            spread = _spread(chosen, fixed, args.overlap)
+            result["constants"][precision]["spread"] = spread
             print(f"{precision}: compute {constants.compute:.3f} of the peak, bandwidth "
-                  f"{constants.bandwidth:.3f}, {constants.op_seconds * 1e6:.2f} us per op")
+                  f"{constants.bandwidth:.3f}, {constants.op_seconds * 1e6:.2f} us per op; "
+                  f"over {spread['refits']} refits on the repeated timings: " + ", ".join(
+                      f"{name} {low:.4g}-{high:.4g}" for name, (low, high) in
+                      spread["range"].items()))
         for point, row in zip(points, rows):
             if row["precision"] == precision:
                 result["rows"].append(_row(
                     point, row, constants, point.name in fitted_specs,
                     plans[(row["resolution"], row["precision"])]))
+    ratios = [r["ratio"] for r in result["rows"] if r["ratio"]]
+    if ratios:
+        result["band"] = [min(ratios), max(ratios)]
+        print(f"modelled / measured over {len(ratios)} points: {min(ratios):.3f} to "
+              f"{max(ratios):.3f}")
     if args.output:
         with open(args.output, "w") as f:
             json.dump(result, f, indent=1)

@@ -157,24 +157,36 @@ EFFICIENCY = {("gpu", "float32"): calibration.EFFICIENCY_GPU,
               ("tpu", "float32"): calibration.EFFICIENCY_TPU}
 
 
-# The step model on a GPU's tensor cores (scale/step_model.py). One step of the reference
-# network has been timed on a GPU (calibration.TABLE["step_model_gpu_compute"]): one point
-# fits one constant, `compute`. The other two are held at our reading until a sweep of
-# batches and resolutions fits all three (docs/scale.md, "The roofline"): an op streaming
-# memory reaches ~80 % of the datasheet bandwidth, and each op costs ~5 us beyond its work
-# (a kernel launch).
+# The step model on a GPU's tensor cores (scale/step_model.py), overlapped: the host issues
+# ops while the device runs earlier ones. Fitted on reference steps measured on an H200
+# (calibration.TABLE, step_model_gpu_*), two per precision: bfloat16 (128 px at 256 x 8 and
+# CIFAR at 50) fits `compute` and `op_seconds` for mixed_bfloat16 and mixed_float16; TF32
+# (128 px float32 at 256 x 2 and 32 x 1) fits them for float32 on its own. Two steps per
+# precision pin two constants, so `bandwidth` is held at our reading, an op streaming memory
+# at ~80 % of the datasheet bandwidth (docs/scale.md, "The roofline").
 GPU_BANDWIDTH_HELD = 0.8
-GPU_OP_SECONDS_HELD = 5e-6
-_TENSOR_CORE_MODEL = (
-    step_model_lib.Constants(calibration.STEP_MODEL_GPU_COMPUTE, GPU_BANDWIDTH_HELD,
-                             GPU_OP_SECONDS_HELD),
-    f"fitted to {calibration.TABLE['step_model_gpu_compute'].machine.split(',')[0]} "
-    f"(step_model_gpu_compute in scale/calibration.py)")
-STEP_MODELS = {("gpu", precision): _TENSOR_CORE_MODEL
-               for precision in ("mixed_bfloat16", "mixed_float16", "float32")}
-STEP_MODEL_CAVEAT = ("step model fitted to one step of the reference network on an H200 "
-                     "(128 px, 256 x 8, bfloat16) with its bandwidth and cost per op held: "
-                     "other batches, resolutions and GPUs are its extrapolation")
+
+
+def _fitted(compute_and_op_seconds, name: str):
+    compute, op_seconds = compute_and_op_seconds
+    constant = calibration.TABLE[f"step_model_gpu_{name}_compute"]
+    return (step_model_lib.Constants(compute, GPU_BANDWIDTH_HELD, op_seconds, overlap=True),
+            f"fitted to {constant.machine.split(',')[0]} (step_model_gpu_{name}_* in "
+            f"scale/calibration.py)")
+
+
+_BFLOAT16_MODEL = _fitted(calibration.STEP_MODEL_GPU_BF16, "bf16")
+_TF32_MODEL = _fitted(calibration.STEP_MODEL_GPU_TF32, "tf32")
+STEP_MODELS = {("gpu", "mixed_bfloat16"): _BFLOAT16_MODEL,
+               ("gpu", "mixed_float16"): _BFLOAT16_MODEL,
+               ("gpu", "float32"): _TF32_MODEL}
+_FITTED_MODELS = (_BFLOAT16_MODEL, _TF32_MODEL)
+# How sure a GPU plan is: the model's modelled over measured seconds on the steps it was
+# fitted to and checked on, printed with every plan that uses the catalogue's model.
+STEP_MODEL_BAND = calibration.STEP_MODEL_GPU_BAND
+STEP_MODEL_CAVEAT = (f"step model within {STEP_MODEL_BAND[0]:.2f}-{STEP_MODEL_BAND[1]:.2f}x "
+                     f"of 5 measured H200 steps of the reference network (4 fitted; 32-128 "
+                     f"px, batches 32-256): other networks and GPUs are its extrapolation")
 
 # What each calibration does not cover, printed with every plan that leans on it.
 _TENSOR_CORES = ("efficiency from V100 float32: tensor cores usually reach less of their "
@@ -311,7 +323,7 @@ class Catalogue:
         found = self.step_models.get((device.family, precision))
         if found is None or (device.family, precision) in self.given:
             return None
-        if found is _TENSOR_CORE_MODEL and not (on_tensor_cores(device, precision)
+        if found in _FITTED_MODELS and not (on_tensor_cores(device, precision)
                                                 and device.memory_gbps):
             # A V100's float32 runs on its CUDA cores, where the family's fit was made; a
             # GPU without a bandwidth keeps that fit too, and its caveat says what to give.
@@ -353,7 +365,8 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
               step_model: Optional[Dict[str, dict]] = None) -> Catalogue:
     """The catalogue with gin's additions: extra rows (or fields of existing ones),
     efficiencies as {'family/precision': value} and the step model's constants as
-    {'family/precision': {'compute': .., 'bandwidth': .., 'op_seconds': ..}}."""
+    {'family/precision': {'compute': .., 'bandwidth': .., 'op_seconds': ..}} (overlapped
+    dispatch, scale/step_model.py, except for the cpu family; 'overlap' says otherwise)."""
     rows = dict(CATALOGUE)
     for name, fields in (extra or {}).items():
         base = dataclasses.asdict(rows[name]) if name in rows else dict(
@@ -370,11 +383,14 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
              for key, value in (efficiency or {}).items()}
     models = dict(STEP_MODELS)
     for key, fields in (step_model or {}).items():
-        try:
-            constants = step_model_lib.Constants(**fields)
+        family = key.partition("/")[0]
+        try:  # an accelerator's host issues ops while it runs: overlapped unless said
+            constants = step_model_lib.Constants(**{"overlap": family != "cpu", **fields})
         except TypeError:
             raise ConfigError(f"catalogue.step_model[{key!r}] = {fields}: give exactly "
-                              f"{list(step_model_lib.NAMES)}") from None
+                              f"{list(step_model_lib.NAMES)} (and overlap, if not the "
+                              f"family's: a cpu's adds dispatch to work, others overlap)"
+                              ) from None
         models[tuple(key.partition("/")[::2])] = (
             constants, "given in gin (catalogue.step_model)")
     return Catalogue(rows, dict(EFFICIENCY), given, models)

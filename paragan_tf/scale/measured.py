@@ -27,7 +27,9 @@ and the measured step is of the planned network (its step shape less what varies
 `network`), one efficiency would carry the measured batch's share of the peak to every
 other batch, which the model exists to avoid. There the measurement scales the model
 instead (`calibrated`): every term of the catalogue's model slowed (or sped) by the one
-factor that lands it on the measured seconds. One measured step fixes one number; the
+factor that lands it on the measured seconds, its fractions of the datasheet capped at 1
+(`scaled`: a step up to its roofline at the datasheet's peak and bandwidth, with no cost
+per op, is followed; one faster is refused). One measured step fixes one number; the
 model keeps its shape, how a step's time grows with batch and resolution, and takes its
 level from the user's device, so the plan is the measurement at the measured batch and
 the model's extrapolation from it elsewhere.
@@ -35,8 +37,10 @@ the model's extrapolation from it elsewhere.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import time
 from typing import Dict, List, Optional, Tuple
 
@@ -146,10 +150,10 @@ def calibrated(base: step_model_lib.Constants, device, precision: str, newest: d
                ) -> Optional[Tuple[step_model_lib.Constants, str]]:
     """The step model's (constants, source) scaled to `newest`, the newest step measured on
     `device` (a catalogue Device) at `precision` (`entries`): every term of `base` slowed by
-    the factor that lands the model on the measured seconds, the step's ops being `cost`'s.
-    None where that step is of another network than `planned_network`, or where no fractions
-    of the peak and bandwidth could be that fast (the plan then takes the measured
-    efficiency)."""
+    the factor that lands the model on the measured seconds (`scaled`), the step's ops being
+    `cost`'s. None where that step is of another network than `planned_network`, or where it
+    is faster than its roofline at the datasheet's peak and bandwidth (the plan then takes
+    the measured efficiency)."""
     step = newest["step"]
     if not (planned_network and cost) or network(step) != planned_network:
         return None
@@ -159,13 +163,48 @@ def calibrated(base: step_model_lib.Constants, device, precision: str, newest: d
         "measured", cost, step["batch_size"] // (newest.get("replicas") or 1),
         step.get("accumulation", 1), step.get("d_steps", 1),
         device.peak_tflops(precision) * 1e12, device.memory_gbps * 1e9, seconds)
-    factor = seconds / step_model_lib.seconds(base, point)
-    if base.compute / factor > 1 or base.bandwidth / factor > 1:
-        return None  # no fractions of the datasheet are that fast: a miscount or a wrong row
-    constants = step_model_lib.Constants(base.compute / factor, base.bandwidth / factor,
-                                         base.op_seconds * factor)
+    found = scaled(base, point)
+    if found is None:
+        return None  # faster than the datasheet's roofline: a miscount or a wrong row
+    constants, _ = found
+    ratio = seconds / step_model_lib.seconds(base, point)
     origin = newest.get("origin") or "the layout tuner"
     return constants, (
         f"scaled to the step measured on {device.name} {newest.get('date', '(undated)')}: "
         f"{seconds:.4g} s a step of {point.batch} per device ({origin}; "
-        f"{layout_cache.path()}), {factor:.3g}x the catalogue's model")
+        f"{layout_cache.path()}), {ratio:.3g}x the catalogue's model")
+
+
+def scaled(base: step_model_lib.Constants, point: step_model_lib.Point
+           ) -> Optional[Tuple[step_model_lib.Constants, float]]:
+    """(`base` with every term slowed by the one factor f that lands it on `point`'s
+    measured seconds, f), or None where no such constants exist.
+
+    Its fractions of the peak and bandwidth are divided by f and its cost per op multiplied
+    by it, the fractions capped at 1 (no device beats its datasheet): a step slower than
+    the model keeps the model's shape exactly, and a faster one keeps it until a fraction
+    reaches the datasheet, after which the rest of its speed is taken by the other terms
+    (an XLA-fused step launches fewer ops). The bound: a step as fast as its roofline at
+    the datasheet's peak and bandwidth with no cost per op is the fastest any f can give;
+    a measured step faster than that is refused (None).
+    """
+    def at(factor: float) -> step_model_lib.Constants:
+        return dataclasses.replace(base, compute=min(1.0, base.compute / factor),
+                                   bandwidth=min(1.0, base.bandwidth / factor),
+                                   op_seconds=base.op_seconds * factor)
+
+    fastest = step_model_lib.seconds(
+        dataclasses.replace(base, compute=1.0, bandwidth=1.0, op_seconds=0.0), point)
+    if point.seconds <= fastest:
+        return None
+    # The modelled seconds grow with f: bisect log f between a bracket around the answer.
+    low, high = math.log(1e-9), math.log(max(2.0, 2 * point.seconds /
+                                             step_model_lib.seconds(base, point)))
+    for _ in range(100):
+        middle = (low + high) / 2
+        if step_model_lib.seconds(at(math.exp(middle)), point) < point.seconds:
+            low = middle
+        else:
+            high = middle
+    factor = math.exp((low + high) / 2)
+    return at(factor), factor

@@ -233,11 +233,15 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
     accumulation, micro, recompute = fitted
     step_flops = model.flops.at(micro).train_step(model.d_steps, accumulation,
                                                   model.reuses_fakes)
+    regime = band = None
     if constants:  # the step's ops on this device (scale/step_model.py)
-        compute = step_model_lib.seconds(constants[0], step_model_lib.Point(
-            target, model.roofline[precision], micro, accumulation, model.d_steps,
-            peak * 1e12, device.memory_gbps * 1e9, 0.0))
+        point = step_model_lib.Point(target, model.roofline[precision], micro, accumulation,
+                                     model.d_steps, peak * 1e12, device.memory_gbps * 1e9, 0.0)
+        compute = step_model_lib.seconds(constants[0], point)
+        regime = step_model_lib.regime(constants[0], point)
         efficiency = step_flops / (peak * 1e12 * compute)  # the share of the peak it reaches
+        if constants[1].startswith("fitted"):  # the catalogue's: its measured error band
+            band = list(devices_lib.STEP_MODEL_BAND)
     else:
         compute = step_flops / (peak * 1e12 * efficiency)
     if recompute:  # rematerialised blocks run their forward twice
@@ -274,7 +278,8 @@ def plan_target(model: Model, device: devices_lib.Device, count: int,
         input_images_per_sec=real_images / step,
         weak_scaling_efficiency=compute * mean_wait / step,
         async_gain=async_gain, total_steps=model.total_steps,
-        efficiency=efficiency, wall_clock_hours=seconds / 3600,
+        efficiency=efficiency, regime=regime, model_band=band,
+        wall_clock_hours=seconds / 3600,
         device_hours=seconds * count / 3600,
         bottleneck=bottleneck,
         advice=_advice(bottleneck, device, precision, recompute, accumulation, async_gain)
@@ -295,8 +300,13 @@ def describe(row: dict) -> str:
             f"{sec['all_reduce_exposed']:.3g}, input {sec['input']:.3g}); weak-scaling "
             f"efficiency {row['weak_scaling_efficiency']:.0%}; {row['total_steps']:,} steps "
             f"in {row['wall_clock_hours']:.3g} h, {row['device_hours']:,.0f} device-hours; "
-            f"bound by {row['bottleneck']}; efficiency {row['efficiency']:.3g} "
-            f"({row['efficiency_source'].split(': ')[0].split(' (')[0]})")
+            f"bound by {row['bottleneck']}"
+            + (f" ({row['regime']} step)" if row.get("regime") else "")
+            + f"; efficiency {row['efficiency']:.3g} "
+            f"({row['efficiency_source'].split(': ')[0].split(' (')[0]})"
+            + (f", modelled {row['model_band'][0]:.2f}-{row['model_band'][1]:.2f}x of the "
+               f"measured steps it was fitted and checked on" if row.get("model_band")
+               else ""))
 
 
 def calibrate(model: Model, device: devices_lib.Device, count: int, step_seconds: float,

@@ -77,8 +77,14 @@ class UpdateCost:
         return self.flops @ [1, batch], self.bytes @ [1, batch]
 
     def seconds(self, batch: int, peak_flops: float, bandwidth: float) -> float:
+        return sum(self.bound_seconds(batch, peak_flops, bandwidth))
+
+    def bound_seconds(self, batch: int, peak_flops: float, bandwidth: float):
+        """(the seconds of the ops bound by their FLOPs, of those bound by their bytes)."""
         flops, moved = self.at(batch)
-        return float(np.sum(np.maximum(flops / peak_flops, moved / bandwidth)))
+        compute, memory = flops / peak_flops, moved / bandwidth
+        by_compute = compute >= memory
+        return float(np.sum(compute[by_compute])), float(np.sum(memory[~by_compute]))
 
 
 def _running(graph: tf.Graph) -> list:
@@ -120,13 +126,14 @@ class StepCost:
 
     updates: Dict[str, UpdateCost]
 
-    def _weights(self, d_steps: int, accumulation: int) -> Dict[str, int]:
+    def weights(self, d_steps: int, accumulation: int) -> Dict[str, int]:
+        """How often each update runs in one step."""
         return {"d_update": d_steps * accumulation, "g_update": accumulation}
 
     def totals(self, batch: int, d_steps: int, accumulation: int) -> dict:
         """The step's FLOPs, bytes and ops at `batch` examples per micro-batch."""
         out = dict(flops=0.0, bytes=0.0, ops=0)
-        for name, times in self._weights(d_steps, accumulation).items():
+        for name, times in self.weights(d_steps, accumulation).items():
             flops, moved = self.updates[name].at(batch)
             out["flops"] += times * float(flops.sum())
             out["bytes"] += times * float(moved.sum())
@@ -137,7 +144,7 @@ class StepCost:
                 bandwidth: float) -> float:
         """The roofline bound of one step on one device (FLOP/s, bytes/s)."""
         return sum(times * self.updates[name].seconds(batch, peak_flops, bandwidth)
-                   for name, times in self._weights(d_steps, accumulation).items())
+                   for name, times in self.weights(d_steps, accumulation).items())
 
 
 def step_cost(generator, discriminator, objective, recompute: bool = False) -> StepCost:

@@ -6,6 +6,7 @@ on this machine); the CPU path runs bin/plan.py --calibrate for real."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -115,19 +116,36 @@ def test_a_step_of_the_planned_network_scales_the_step_model_which_the_plan_foll
     carried = measured_seconds * row["train_step_tflop_per_device"] * 1e12 / flops
     assert row["seconds"]["compute"] > 1.5 * carried
 
-    # A step of another network (a wider D) is its measured efficiency, as before; and so
-    # is one faster than any fractions of the datasheet allow the model to be.
+    # A step of another network (a wider D) is its measured efficiency, as before.
     cache.unlink()  # entries are ordered by their dates, to the second
     _record(step=dict(step, discriminator_ch=step["discriminator_ch"] * 2), replicas=2,
             train_step_flops=2 * flops, seconds_per_step=measured_seconds)
     other = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
     assert other["efficiency_source"].startswith("measured on h100 ")
     assert other["seconds"]["compute"] == pytest.approx(carried)
+    # A step 10x faster than the model (an XLA-fused one, say): the model's shape still,
+    # its fractions capped at the datasheet and the rest of the speed in the cost per op
+    # (tiny's step is launch-bound at 8 and 32 alike: the plan is 0.1x the model's at 8).
+    # Before, anything over 1.25x faster fell back to one efficiency (`carried` at 0.1x).
     cache.unlink()
     _record(step=step, replicas=2, train_step_flops=2 * flops,
             seconds_per_step=0.1 * model_seconds(32))
     fast = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
-    assert fast["efficiency_source"].startswith("measured on h100 ")
+    assert fast["efficiency_source"].startswith("step model scaled to the step measured")
+    assert fast["efficiency_source"].endswith("0.1x the catalogue's model")
+    assert fast["seconds"]["compute"] == pytest.approx(0.1 * model_seconds(8), rel=1e-6)
+    assert fast["regime"] == "launch-bound"
+    # The bound: no step is faster than its roofline at the datasheet's peak and bandwidth
+    # with free ops; one measured faster is refused by the model and planned as measured.
+    point = step_model.Point("", tiny_model.roofline[BF16], 32, 1, tiny_model.d_steps,
+                             989e12, h100.memory_gbps * 1e9, 0.0)
+    fastest = step_model.seconds(step_model.Constants(1.0, 1.0, 0.0, overlap=True), point)
+    assert measured.scaled(base, dataclasses.replace(point, seconds=1.01 * fastest))
+    assert measured.scaled(base, dataclasses.replace(point, seconds=0.99 * fastest)) is None
+    cache.unlink()
+    _record(step=step, replicas=2, train_step_flops=2 * flops, seconds_per_step=0.5 * fastest)
+    too_fast = plan.plan_target(tiny_model, h100, 1, catalogue, plan.Assumptions())
+    assert too_fast["efficiency_source"].startswith("measured on h100 ")
 
 
 def test_the_newest_measurement_counts_and_the_tuners_entries_too(cache):

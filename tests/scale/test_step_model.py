@@ -62,6 +62,22 @@ def test_a_fixed_cost_per_op_makes_small_batches_reach_less_of_the_peak(cost):
     assert no_cost[-1] / no_cost[0] < fractions[-1] / fractions[0]
 
 
+def test_an_overlapped_update_takes_the_longer_of_its_work_and_its_dispatch(cost):
+    """A GPU's form (overlap): at batch 1 tiny's updates are all dispatch (launch-bound), at
+    a large batch all work; the CPU's form adds the two."""
+    gpu = dataclasses.replace(TRUE, overlap=True)
+    small, large = _points(cost, gpu, [1, 16384])
+    ops = cost.totals(1, 1, 1)["ops"]
+    assert small.seconds == pytest.approx(ops * TRUE.op_seconds)
+    assert step_model.regime(gpu, small) == "launch-bound"
+    assert large.seconds == pytest.approx(cost.seconds(16384, 1, 1, 0.6 * PEAK, 0.7 * BANDWIDTH))
+    assert step_model.regime(gpu, large) in ("compute-bound", "memory-bound")
+    terms = step_model.terms(gpu, large)
+    assert terms["launch-bound"] == 0 and sum(terms.values()) == pytest.approx(large.seconds)
+    added = step_model.seconds(TRUE, large)  # negative control: the CPU's form
+    assert added == pytest.approx(large.seconds + cost.totals(16384, 1, 1)["ops"] * 8e-6)
+
+
 def test_the_fit_predicts_batches_it_did_not_see(cost):
     """Fitted on three batches, the model gives the true constants' seconds at three others
     and at another D-step count. The cost per op, the one batch-independent term, is
@@ -118,7 +134,7 @@ def test_the_fit_probe_fits_the_points_it_is_told_and_checks_the_rest(cost, tiny
     measured.write_text(json.dumps(dict(device="NVIDIA H100 80GB HBM3", points=rows)))
     out = tmp_path / "fit.json"
     assert fit_step_model.main([f"--measured={measured}", "--gin_file=gin/tiny.gin",
-                                f"--fit={resolution}:1:*:float32",
+                                "--no-overlap", f"--fit={resolution}:1:*:float32",
                                 f"--fit={resolution}:4096:*", f"--fit={resolution}:16384:*",
                                 f"--output={out}"]) == 0
     result = json.loads(out.read_text())
@@ -144,7 +160,8 @@ def test_the_fit_probe_fits_the_points_it_is_told_and_checks_the_rest(cost, tiny
             device="NVIDIA H100 80GB HBM3", points=rows[:4],
             device_probes=dict(copy_gbps=copy_gbps, op_seconds=op_seconds))))
         assert fit_step_model.main([f"--measured={measured}", "--gin_file=gin/tiny.gin",
-                                    f"--fit={resolution}:16384:*", "--fix_from_probes",
+                                    "--no-overlap", f"--fit={resolution}:16384:*",
+                                    "--fix_from_probes",
                                     f"--output={out}"]) == 0
         result = json.loads(out.read_text())
         assert result["fixed"] == pytest.approx(dict(bandwidth=TRUE.bandwidth,
@@ -173,18 +190,21 @@ def test_the_plan_costs_the_step_with_the_model_where_the_catalogue_has_its_cons
     point = step_model.Point("h100x1", tiny_model.roofline["float32"], row["micro_batch"],
                              row["accumulation"], tiny_model.d_steps, 494.5e12, 3350e9, 0.0)
     assert row["seconds"]["compute"] == pytest.approx(
-        step_model.seconds(step_model.Constants(**given), point))
+        step_model.seconds(step_model.Constants(**given, overlap=True), point))
     assert row["efficiency"] == pytest.approx(
         row["train_step_tflop_per_device"] / 494.5 / row["seconds"]["compute"])
     assert "(step model given in gin)" in plan_lib.describe(row)
-    # Without them, the constants fitted to tensor cores (an H100's float32 is TF32), and
-    # the caveat that they come from one step; a V100's float32 keeps the family's fit.
+    # Without them, the constants fitted to TF32 tensor cores (an H100's float32 is TF32),
+    # and the caveat with the model's band; a V100's float32 keeps the family's fit.
     fitted = plan_lib.plan_target(tiny_model, h100, 1, devices_lib.catalogue(),
                                   plan_lib.Assumptions())
     assert fitted["efficiency_source"] == ("step model fitted to 1 NVIDIA H200 "
-                                           "(step_model_gpu_compute in scale/calibration.py)")
+                                           "(step_model_gpu_tf32_* in scale/calibration.py)")
+    compute, op_seconds = calibration.STEP_MODEL_GPU_TF32
     assert fitted["seconds"]["compute"] == pytest.approx(step_model.seconds(
-        step_model.Constants(calibration.STEP_MODEL_GPU_COMPUTE, 0.8, 5e-6), point))
+        step_model.Constants(compute, 0.8, op_seconds, overlap=True), point))
+    assert fitted["model_band"] == list(calibration.STEP_MODEL_GPU_BAND)
+    assert fitted["regime"] in step_model.REGIMES
     assert f"caveat: {devices_lib.STEP_MODEL_CAVEAT}" in fitted["advice"]
     v100 = plan_lib.plan_target(tiny_model, devices_lib.CATALOGUE["v100"], 1,
                                 devices_lib.catalogue(), plan_lib.Assumptions())
