@@ -230,8 +230,9 @@ class AsyncTrainer(trainer_lib.Trainer):
     def _begin(self) -> None:
         start = self.scheduled = int(self.exp.step.numpy())
         self.closures = async_closures.Closures(self.exp, self.coordinator, start, self.options)
+        # Started once the first round is scheduled (`train`): tracing the closures is the
+        # coordinator's own work, minutes for a large model, not a sign of a lost server.
         watchdog = _Watchdog(self.options.stall_timeout_secs)
-        watchdog.start()
         self.inflight = _InFlight(self.exp, start, watchdog)
         _describe(self.exp, start)
         if start:
@@ -255,6 +256,9 @@ class AsyncTrainer(trainer_lib.Trainer):
                 break
             self.inflight.add(self.closures.schedule(self.scheduled))
             self.scheduled += 1
+            if not self.inflight.watchdog.is_alive():
+                self.inflight.watchdog.last = time.monotonic()
+                self.inflight.watchdog.start()
         return self._progress(before)
 
     def state(self) -> trainer_lib.Progress:

@@ -152,8 +152,9 @@ class AsyncConfig:
       max_staleness: mode 'closures': rounds (d_steps D closures + one G closure) in
         flight at once; 1 is ParaGAN's one-step staleness, larger keeps fast workers
         busy longer when one straggles.
-      stall_timeout_secs: no round finished for this long: fail rather than hang
-        (a parameter server or all workers unreachable without a broken connection).
+      stall_timeout_secs: no round finished for this long (from the first scheduled):
+        fail rather than hang (a parameter server or all workers unreachable without a
+        broken connection).
       mode: 'closures': every D closure generates its fakes with the G the servers
         hold; 'sample_buffer' (ParaGAN's): G closures write the fakes they generate
         into a buffer on the parameter servers and D closures train on the newest
