@@ -53,13 +53,14 @@ def _throttled_run(hook) -> tuple:
 
 def _throttle_works(paused: float, ratio: float, fraction: float) -> bool:
     # First and foremost stopped `fraction` of the time (sampled from here: the check that
-    # holds under any load, and the one an inverted duty cycle fails), then turning at about
-    # the rest of the other's rate: 0.53-0.55 of it at 0.5 with the machine otherwise idle;
-    # 0.30-0.65 beside a busy cluster or a sampler 5x as frequent, which shares the cores (a
-    # process woken from a pause is scheduled ahead of the ones sharing its core)
-    # (2026-11-29): within 0.3 of 1 - fraction.
+    # holds under any load, and the one a no-op and an inverted duty cycle fail), then
+    # turning at no more than about the rest of the other's rate: 0.53-0.55 of it at 0.5
+    # with the machine otherwise idle; 0.30-0.65 beside a busy cluster or a sampler 5x as
+    # frequent, which shares the cores (2026-11-29); 0.447 at 0.25 with CI's three test
+    # workers on the same two cores (2026-12-07). Other load only slows the throttled
+    # process further, so the rate is bounded above: 1 - fraction + 0.3.
     return (paused == pytest.approx(fraction, abs=0.1)
-            and abs(ratio - (1.0 - fraction)) <= 0.3)
+            and ratio <= 1.0 - fraction + 0.3)
 
 
 @pytest.mark.parametrize("condition", ["slow50", "slow25"])
