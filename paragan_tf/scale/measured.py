@@ -163,10 +163,9 @@ def calibrated(base: step_model_lib.Constants, device, precision: str, newest: d
         "measured", cost, step["batch_size"] // (newest.get("replicas") or 1),
         step.get("accumulation", 1), step.get("d_steps", 1),
         device.peak_tflops(precision) * 1e12, device.memory_gbps * 1e9, seconds)
-    found = scaled(base, point)
-    if found is None:
+    constants = scaled(base, point)
+    if constants is None:
         return None  # faster than the datasheet's roofline: a miscount or a wrong row
-    constants, _ = found
     ratio = seconds / step_model_lib.seconds(base, point)
     origin = newest.get("origin") or "the layout tuner"
     return constants, (
@@ -176,9 +175,9 @@ def calibrated(base: step_model_lib.Constants, device, precision: str, newest: d
 
 
 def scaled(base: step_model_lib.Constants, point: step_model_lib.Point
-           ) -> Optional[Tuple[step_model_lib.Constants, float]]:
-    """(`base` with every term slowed by the one factor f that lands it on `point`'s
-    measured seconds, f), or None where no such constants exist.
+           ) -> Optional[step_model_lib.Constants]:
+    """`base` with every term slowed by the one factor f that lands it on `point`'s
+    measured seconds, or None where no such constants exist.
 
     Its fractions of the peak and bandwidth are divided by f and its cost per op multiplied
     by it, the fractions capped at 1 (no device beats its datasheet): a step slower than
@@ -206,5 +205,4 @@ def scaled(base: step_model_lib.Constants, point: step_model_lib.Point
             low = middle
         else:
             high = middle
-    factor = math.exp((low + high) / 2)
-    return at(factor), factor
+    return at(math.exp((low + high) / 2))
