@@ -5,7 +5,7 @@
 First what `make train` would use for this step (`auto`: the cache entry, or a
 tuning run within its budget, as bin/train.py does it). Then, with no budget and none
 dropped, every candidate, as many starting at once as there are cores, each in its own
-child process (layout/timing.py): XLA x
+child process (measure/timing.py): XLA x
 oneDNN x {TensorFlow's thread counts, one inter-op thread}, plus float32 where the
 rule picks bfloat16, timed in interleaved rounds (A B C ..., A B C ..., at least 3).
 The JSON has a row per candidate (median and every round), the fastest, `auto`'s
@@ -25,8 +25,8 @@ from paragan_tf.layout import cache as layout_cache
 from paragan_tf.errors import ConfigError
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.layout import candidates as layout_candidates
-from paragan_tf.layout import timing as layout_timing
-from paragan_tf.layout import tuning as layout_tuning
+from paragan_tf.measure import timing as layout_timing
+from paragan_tf.measure import tuning as layout_tuning
 
 
 def layout_suite(gin_file: str = "gin/mnist_default.gin", bindings: Sequence[str] = (),

@@ -34,7 +34,7 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
     from paragan_tf.distribute import mode as mode_lib  # pylint: disable=import-outside-toplevel
     from paragan_tf.objective import losses  # pylint: disable=import-outside-toplevel
     from paragan_tf.families.biggan import objective  # pylint: disable=import-outside-toplevel
-    from paragan_tf.scale import memory  # pylint: disable=import-outside-toplevel
+    from paragan_tf.measure import traced  # pylint: disable=import-outside-toplevel
     from paragan_tf.families.biggan import networks as biggan  # pylint: disable=C0415
     from paragan_tf.train import step as step_lib  # pylint: disable=import-outside-toplevel
 
@@ -51,8 +51,9 @@ def measure(resolution: int, ch: int) -> Dict[str, dict]:
     g_opt.build(g.trainable_variables)
     d_opt.build(d.trainable_variables)
     hinge = objective.ClassConditional(losses.LossPair(losses.hinge))
-    plan = memory.plan(g, d, ema, g_opt, d_opt, hinge,
-                       side_of=mode_lib.Mode().side_of)
+    plan = traced.memory_plan(step_lib.GANStep(g, d, g_opt, d_opt, hinge,
+                                               step_lib.StepConfig(BATCHES[0])),
+                              ema, side_of=mode_lib.Mode().side_of)
     results = {}
     for batch in BATCHES:
         row = {}

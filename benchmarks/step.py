@@ -2,7 +2,8 @@
 
 For each layout (gin/layouts/<name>.gin on top of the experiment) the trainer
 of bin/train.py (sync_trainer.SyncTrainer: the per-replica step under the strategy,
-one step per `train(1)` call) runs `warmup` steps, then `steps` timed ones; the
+one step per `train(1)` call) runs `warmup` steps, then `steps` timed ones (the one step
+timer, paragan_tf/measure/step_timer.py, as the layout tuner and bin/plan.py --calibrate); the
 median is reported. The input comes from the experiment's own
 pipeline (in-memory data, cached: its wait is reported, not hidden); when the
 experiment's data is not on this machine (CIFAR-10 cannot be downloaded here)
@@ -36,6 +37,7 @@ from benchmarks import machine
 from benchmarks import profile as profile_lib
 from paragan_tf.layout import rules as layout_lib
 from paragan_tf.errors import ConfigError
+from paragan_tf.measure import step_timer
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.train import experiment as experiment_lib
 from paragan_tf.train import sync_trainer
@@ -142,23 +144,16 @@ def time_layout(gin_file: str, layout: str, bindings: Sequence[str] = (), steps:
                 warmup: int = 2, progress=print, profile_dir: Optional[str] = None,
                 measured=None) -> dict:
     """Median seconds per train step of `gin_file` under gin/layouts/<layout>.gin
-    (`measured`: the tuner's choice for `auto`, layout/tuning.py settle)."""
+    (`measured`: the tuner's choice for `auto`, measure/tuning.py settle)."""
     exp, data = experiment_lib.build_or_stand_in(
         [gin_file, f"gin/layouts/{layout}.gin"], bindings, measured=measured)
     cfg = exp.settings.train
     trainer = sync_trainer.SyncTrainer(exp)
-    times, waits = [], []
-    for i in range(warmup + steps):
-        start = time.perf_counter()
-        metrics = trainer.train(1).metrics
-        losses = {k: v for k, v in metrics.items() if k.startswith("loss/")}
-        wait = metrics["perf/input_wait_seconds"]
-        elapsed = time.perf_counter() - start
-        progress(f"{layout}: step {i + 1}/{warmup + steps} {elapsed:.2f} s"
-                 + (" (warm-up)" if i < warmup else ""))
-        if i >= warmup:
-            times.append(elapsed)
-            waits.append(wait)
+    timed = step_timer.time_steps(trainer, steps, warmup=warmup,
+                                  progress=progress, label=layout)
+    times = timed.seconds
+    waits = [r.metrics["perf/input_wait_seconds"] for r in timed.results]
+    losses = {k: v for k, v in timed.results[-1].metrics.items() if k.startswith("loss/")}
     sec = statistics.median(times)
     profile = None
     if profile_dir:  # two more steps under tf.profiler: where the time goes
@@ -187,7 +182,7 @@ def step_suite(gin_file: str = "gin/biggan_cifar10.gin",
                bindings: Sequence[str] = (), progress=print,
                profile_dir: Optional[str] = None, measured=None) -> dict:
     """Every layout's step time, the peaks, MFU and the speed-ups (see the module doc).
-    `measured`: what bin/train.py's first run of the step chooses (layout/tuning.py settle:
+    `measured`: what bin/train.py's first run of the step chooses (measure/tuning.py settle:
     the cache, or timed now), which `auto` takes as training would."""
     if steps < 1:
         raise ConfigError("the step benchmark needs at least 1 timed step")

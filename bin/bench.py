@@ -155,7 +155,7 @@ def _training_layout():
     """`auto` as bin/train.py's run of --gin_file chooses it: the layout tuner's choice (the
     cache, or timed now and cached), this process restarted with its oneDNN and threads
     when they differ (every layout of the suite then runs under them)."""
-    from paragan_tf.layout import tuning as layout_tuning  # pylint: disable=C0415
+    from paragan_tf.measure import tuning as layout_tuning  # pylint: disable=C0415
     from paragan_tf.train import experiment  # pylint: disable=import-outside-toplevel
     experiment.parse([FLAGS.gin_file, "gin/layouts/auto.gin"], FLAGS.gin_bindings)
     settings = experiment.Settings.read()

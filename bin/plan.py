@@ -46,7 +46,7 @@ import common
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.layout import rules as layout_rules
-from paragan_tf.scale import built
+from paragan_tf.measure import built
 from paragan_tf.scale import devices as devices_lib
 from paragan_tf.scale import measured
 from paragan_tf.scale import modes as modes_lib

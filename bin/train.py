@@ -29,10 +29,10 @@ import tensorflow as tf
 from paragan_tf.distribute import cluster
 from paragan_tf.distribute import server
 from paragan_tf.errors import Diverged, Interrupted, ParameterServerLost
-from paragan_tf.scale import built
+from paragan_tf.measure import built
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
-from paragan_tf.layout import tuning as layout_tuning
+from paragan_tf.measure import tuning as layout_tuning
 from paragan_tf.train import model_dir as model_dir_lib
 from paragan_tf import teardown
 

@@ -1,5 +1,7 @@
-"""The package layout of docs/architecture.md, held against the code: imports run only
-downward, the product never imports the benchmarks or the binaries, modules stay short."""
+"""The package layout of docs/architecture.md, held against the code: the folders of
+paragan_tf/ are floors (tests/helpers/floors.py), imports run only downward and no two
+folders import each other, the product never imports the benchmarks or the binaries,
+modules stay short."""
 
 from __future__ import annotations
 
@@ -8,37 +10,10 @@ import glob
 import os
 import re
 
+from tests.helpers import floors
 from tests.helpers.repo import REPO
 
-# Lowest first; a module may import from its own layer and the ones before it.
-LAYERS = [
-    {"paragan_tf", "paragan_tf.config", "paragan_tf.errors", "paragan_tf.files",
-     "paragan_tf.precision",
-     "paragan_tf.layout", "paragan_tf.layout.rules", "paragan_tf.layout.choice",
-     "paragan_tf.layout.cache",
-     "paragan_tf.layout.env",
-     "paragan_tf.tfgan_compat", "paragan_tf.teardown"},
-    {"paragan_tf.scale", "paragan_tf.distribute", "paragan_tf.data"},
-    {"paragan_tf.models"},
-    {"paragan_tf.objective"},
-    {"paragan_tf.generate"},
-    {"paragan_tf.eval"},
-    {"paragan_tf.families"},
-    # The layout package's tuner builds and times the training step itself; the scale
-    # package's `built` builds experiments to plan them.
-    {"paragan_tf.train", "paragan_tf.layout.candidates", "paragan_tf.layout.timing",
-     "paragan_tf.layout.tuning", "paragan_tf.layout.probe", "paragan_tf.scale.built"},
-]
 MAX_LINES = 400
-
-
-def _layer(module: str) -> int:
-    """The layer of a module: that of its package (or its own, at the top level)."""
-    for name in (module, module.rsplit(".", 1)[0], ".".join(module.split(".")[:2])):
-        for index, layer in enumerate(LAYERS):
-            if name in layer:
-                return index
-    raise AssertionError(f"{module} is in no layer of LAYERS: add its package")
 
 
 def _modules():
@@ -48,6 +23,37 @@ def _modules():
         yield rel[:-len(".__init__")] if rel.endswith(".__init__") else rel, path
 
 
+def test_folders_are_floors():
+    """No arrow runs back up and no two folders import each other."""
+    found = floors.arrows()
+    assert len(found) > 30
+    assert floors.back_up(found) == []
+    assert floors.pairs(found) == []
+
+
+def test_an_arrow_back_up_and_a_pair_are_found(tmp_path):
+    """The negative control: a copy of the package where data/ imports train/ and
+    layout/ imports measure/ (which imports layout/) shows both."""
+    for rel in ("paragan_tf/data/bad.py", "paragan_tf/layout/bad.py",
+                "paragan_tf/measure/ok.py", "paragan_tf/train/ok.py"):
+        os.makedirs(tmp_path / os.path.dirname(rel), exist_ok=True)
+    (tmp_path / "paragan_tf/data/bad.py").write_text("from paragan_tf.train import step\n")
+    (tmp_path / "paragan_tf/layout/bad.py").write_text("from paragan_tf import measure\n")
+    (tmp_path / "paragan_tf/measure/ok.py").write_text("from paragan_tf.layout import rules\n")
+    (tmp_path / "paragan_tf/train/ok.py").write_text("import paragan_tf.data.bad\n")
+    found = floors.arrows(str(tmp_path))
+    assert [line.split(":")[0] for line in floors.back_up(found)] == [
+        "data/ (floor 2) imports train/ (floor 6)", "layout/ (floor 2) imports measure/ (floor 7)"]
+    assert floors.pairs(found) == [("data/", "train/"), ("layout/", "measure/")]
+
+
+def test_the_picture_is_drawn_from_the_floors():
+    """docs/architecture.md's picture is the table's (`python -m tests.helpers.floors
+    --draw` prints it)."""
+    with open(os.path.join(REPO, "docs", "architecture.md")) as f:
+        assert floors.picture() in f.read()
+
+
 def _imports(path: str):
     tree = ast.parse(open(path).read())
     for node in ast.walk(tree):
@@ -55,40 +61,20 @@ def _imports(path: str):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
 
 
-def upward_imports(modules) -> list:
-    found = []
-    for module, path in modules:
-        for imported in _imports(path):
-            if imported.split(".")[0] in ("benchmarks", "bin", "common"):
-                found.append(f"{module} imports {imported}")
-            elif imported.startswith("paragan_tf") and _is_module(imported) and \
-                    _layer(imported) > _layer(module):
-                found.append(f"{module} imports {imported} from above")
-    return found
+def foreign_imports(modules) -> list:
+    return [f"{module} imports {imported}" for module, path in modules
+            for imported in _imports(path)
+            if imported.split(".")[0] in ("benchmarks", "bin", "common")]
 
 
-def _is_module(name: str) -> bool:
-    base = os.path.join(REPO, *name.split("."))
-    return os.path.exists(base + ".py") or os.path.isdir(base)
-
-
-def test_imports_run_downward_only():
-    modules = list(_modules())
-    assert len(modules) > 60
-    assert upward_imports(modules) == []
-
-
-def test_an_upward_import_is_found(tmp_path):
-    """The negative control: a data module importing the trainer is reported."""
-    bad = tmp_path / "bad.py"
-    bad.write_text("from paragan_tf.train import sync_trainer\nimport benchmarks.input\n")
-    assert upward_imports([("paragan_tf.data.bad", str(bad))]) == [
-        "paragan_tf.data.bad imports paragan_tf.train from above",
-        "paragan_tf.data.bad imports paragan_tf.train.sync_trainer from above",
-        "paragan_tf.data.bad imports benchmarks.input"]
+def test_the_product_imports_no_benchmark_or_binary(tmp_path):
+    assert foreign_imports(_modules()) == []
+    bad = tmp_path / "bad.py"  # the negative control
+    bad.write_text("import benchmarks.input\nfrom bin import common\n")
+    assert foreign_imports([("paragan_tf.data.bad", str(bad))]) == [
+        "paragan_tf.data.bad imports benchmarks.input", "paragan_tf.data.bad imports bin"]
 
 
 def test_every_module_is_short():

@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
 
 from paragan_tf import errors  # noqa: E402  pylint: disable=wrong-import-position
-from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.measure import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import devices  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import memory  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import roofline  # noqa: E402  pylint: disable=wrong-import-position

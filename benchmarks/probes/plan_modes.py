@@ -20,7 +20,7 @@ from absl import flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from paragan_tf.scale import built  # noqa: E402
+from paragan_tf.measure import built  # noqa: E402
 from paragan_tf.scale import devices as devices_lib  # noqa: E402
 from paragan_tf.distribute import model_parallel  # noqa: E402
 from paragan_tf.scale import plan as plan_lib  # noqa: E402

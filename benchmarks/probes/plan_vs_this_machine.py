@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from benchmarks import step as step_bench  # noqa: E402  (the repository root, just above)
-from paragan_tf.scale import built  # noqa: E402
+from paragan_tf.measure import built  # noqa: E402
 from paragan_tf.scale import devices  # noqa: E402
 from paragan_tf.scale import plan  # noqa: E402
 from paragan_tf.train import experiment  # noqa: E402

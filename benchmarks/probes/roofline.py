@@ -26,7 +26,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 os.environ.setdefault("PARAGAN_TF_LAYOUT_TUNE", "off")
 
-from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.measure import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import devices  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.train import experiment  # noqa: E402  pylint: disable=wrong-import-position
 

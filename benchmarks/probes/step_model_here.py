@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402  pylint: disable=wrong-import-position
 
 from benchmarks import machine  # noqa: E402  pylint: disable=wrong-import-position
 from benchmarks import step as step_bench  # noqa: E402  pylint: disable=wrong-import-position
-from paragan_tf.scale import built  # noqa: E402  pylint: disable=wrong-import-position
+from paragan_tf.measure import built  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import cpu_peak  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import roofline  # noqa: E402  pylint: disable=wrong-import-position
 from paragan_tf.scale import step_model  # noqa: E402  pylint: disable=wrong-import-position

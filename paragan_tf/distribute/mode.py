@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
 from paragan_tf.distribute import strategy as strategy_lib
 from paragan_tf.errors import ConfigError
-from paragan_tf.scale import memory as memory_lib
 
 # What lives with G and what with D when a replica spans devices (Mode.side_of).
 G_SIDE = ("generator", "generator_ema", "g_optimizer")
 D_SIDE = ("discriminator", "d_optimizer")
 GRADIENT_BYTES = 4  # gradients are all-reduced in float32 under every layout
 PLAN_BATCH = 16  # examples per replica at which the plan balances pipeline stages
+GIB = 1024 ** 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,10 +190,10 @@ class Mode:
         tf.distribute.get_replica_context().merge_call(cross_replica, args=(healthy, grads))
 
     # Plans.
-    def plan(self, model, memory: memory_lib.Plan, count: int, examples: int,
+    def plan(self, model, memory, count: int, examples: int,
              budget_bytes: int) -> ModePlan:
         """This mode on `count` devices of `budget_bytes`, `examples` per device
-        (`model`: scale/plan.py's Model; `memory`: its per-replica plan)."""
+        (`model`: scale/plan.py's Model; `memory`: its per-replica plan, scale/memory.py's Plan, read through its own methods: distribute/ sits below scale/)."""
         fitted = memory.fit(examples, budget_bytes)
         if fitted is None:
             return ModePlan(self.name, self.setting, replicas=count)
@@ -202,10 +202,22 @@ class Mode:
             micro, recompute)
         return ModePlan(self.name, self.setting, fits=True, replicas=count,
                         accumulation=accumulation, micro_batch=micro, recompute=recompute,
-                        memory_gib_per_device={"replica": round(total / memory_lib.GIB, 2)})
+                        memory_gib_per_device={"replica": round(total / GIB, 2)})
 
-    def device_plans(self, generator, discriminator, plan: memory_lib.Plan,
-                     batch: int) -> Dict[str, memory_lib.Plan]:
+    def device_plans(self, generator, discriminator, plan,
+                     batch: int) -> Dict[str, object]:
         """The memory plan of each device of a built replica at `batch` examples, keyed
         by what the device holds (one device: the whole plan)."""
         return {"replica": plan}
+
+
+def fewest(examples: int, fits: Callable[[int, int, bool], bool]
+           ) -> Optional[Tuple[int, int, bool]]:
+    """The first (accumulation, micro-batch, recompute) that `fits`, fewest micro-batches
+    first, without recompute before with it; None if none does."""
+    divisors = [a for a in range(1, examples + 1) if examples % a == 0]
+    for recompute in (False, True):
+        for accumulation in divisors:
+            if fits(accumulation, examples // accumulation, recompute):
+                return accumulation, examples // accumulation, recompute
+    return None

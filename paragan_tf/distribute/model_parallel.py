@@ -28,10 +28,9 @@ import tensorflow as tf
 from paragan_tf.distribute import sharded_adam
 from paragan_tf.distribute import staging
 from paragan_tf.distribute import strategy as strategy_lib
-from paragan_tf.distribute.mode import GRADIENT_BYTES, Mode, ModePlan
+from paragan_tf.distribute.mode import GIB, GRADIENT_BYTES, Mode, ModePlan, fewest
 from paragan_tf.errors import ConfigError
 from paragan_tf import precision as precision_lib
-from paragan_tf.scale import memory as memory_lib
 
 PLACEMENTS = ("replica", "split")
 
@@ -289,7 +288,7 @@ class Spread(Mode):
             return {side: dataclasses.replace(plan, accumulation=accumulation).total_bytes(
                 micro, recompute) for side, plan in parts.items()}
         replicas = count // per_replica
-        fitted = memory_lib.fewest(model.effective_batch // replicas,
+        fitted = fewest(model.effective_batch // replicas,
                                    lambda *at: max(side_bytes(*at).values()) <= budget_bytes)
         if fitted is None:
             return ModePlan(self.name, self.setting, replicas=replicas)
@@ -302,11 +301,11 @@ class Spread(Mode):
         images = (model.d_steps + 2) * model.image_bytes
         return ModePlan(self.name, self.setting, fits=True, replicas=replicas,
                         accumulation=accumulation, micro_batch=micro, recompute=recompute,
-                        memory_gib_per_device={side: round(b / memory_lib.GIB, 2) for side, b
+                        memory_gib_per_device={side: round(b / GIB, 2) for side, b
                                                in side_bytes(*fitted).items()},
                         extra_mib_per_step=(moved + images) * micro * accumulation / 2 ** 20)
 
-    def device_plans(self, generator, discriminator, plan, batch) -> Dict[str, memory_lib.Plan]:
+    def device_plans(self, generator, discriminator, plan, batch) -> Dict[str, object]:
         """Each network's side of `plan` (its weights, state and its share of the updates,
         scale/memory.py), split over its stages by their blocks' estimated bytes, keyed "G
         stage k (device)" (or "G (device)" with one stage). Without the split G's and D's

@@ -75,7 +75,7 @@ class Objective(abc.ABC):
     @abc.abstractmethod
     def batch_specs(self, generator, batch: int, size: int, channels: int):
         """(a real batch's TensorSpecs, a noise batch's) of `batch` examples: what the
-        plans trace (scale/traced.py)."""
+        plans trace (measure/traced.py)."""
 
     @abc.abstractmethod
     def generate(self, generator, real: Optional[Batch], noise: Batch) -> tf.Tensor:
@@ -150,7 +150,7 @@ class Family(abc.ABC):
 
     def cache_identity(self, settings) -> Dict[str, object]:
         """What identifies this family's step beside the shared step shape in the layout
-        cache's key (layout/tuning.py): by default its name and its configurables' gin
+        cache's key (measure/tuning.py): by default its name and its configurables' gin
         bindings. Keep a key once cached: a changed one measures every machine again."""
         bound = {f"{name}.{k}": v for name in self.configurables
                  for k, v in settings.model.bound.get(name, {}).items()}

@@ -1,4 +1,4 @@
-"""The per-machine cache of measured layouts (layout/tuning.py writes it).
+"""The per-machine cache of measured layouts (measure/tuning.py writes it).
 
 A readable JSON file (PARAGAN_TF_LAYOUT_CACHE, default
 ~/.cache/paragan_tf/layouts.json): one entry per key, the key a hash of the facts
@@ -25,7 +25,7 @@ from typing import Callable, Dict, Iterator, List, Optional
 
 from absl import logging
 
-# Joins every key (layout/tuning.py): an entry written under another schema is
+# Joins every key (measure/tuning.py): an entry written under another schema is
 # never read as one of this schema. 2: the pins joined the key.
 SCHEMA = 2
 

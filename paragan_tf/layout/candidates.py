@@ -1,4 +1,4 @@
-"""What layout tuning may choose (layout/tuning.py times them): the candidates.
+"""What layout tuning may choose (measure/tuning.py times them): the candidates.
 
 A candidate is a `Choice` (layout/choice.py): one setting of XLA, oneDNN, the thread
 counts and the precision, with the environment its child process starts TensorFlow with,

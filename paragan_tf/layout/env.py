@@ -5,7 +5,7 @@ when TensorFlow starts, so they cannot be changed by the process they apply to: 
 module says what TensorFlow does without the variables (`onednn_default`), which ones
 the user's environment fixes (`environment_pins`, never overridden), and which ones
 a process needs for its layout (`environment`); bin/train.py restarts itself with
-those before it builds anything, and layout/tuning.py starts each candidate's
+those before it builds anything, and measure/tuning.py starts each candidate's
 child process with its own. What a running process has in effect, and the rules that
 choose a layout, stay in rules.py.
 """

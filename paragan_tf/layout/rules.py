@@ -15,7 +15,7 @@ from what `detect()` finds:
 
 What only changes round-off (XLA on or off, oneDNN on or off on x86 CPUs, intra-
 and inter-op thread counts) is timed on the machine itself, on the experiment's
-own step (layout/tuning.py), and kept in a per-machine cache; `auto` takes
+own step (measure/tuning.py), and kept in a per-machine cache; `auto` takes
 the cached measurement where one exists for this hardware, TensorFlow version and
 step shape, and the rule above where none does. A measured precision replaces
 the rule only where bfloat16 was timed slower than float32. Anything the gin
@@ -42,7 +42,6 @@ emulated and slow, so `auto` picks it only on GPUs of compute capability 7.x
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import platform
 from typing import TYPE_CHECKING, Dict, FrozenSet, Optional, Tuple
@@ -127,7 +126,7 @@ class LayoutConfig:
         (changes the architecture: parameter counts grow, checkpoints differ).
       channel_multiple: the multiple to round to; 0 takes the unit's.
       tune: auto (measure the step once per machine and step shape, then use the
-        cache), off (rules and the cache only) or again (re-measure now): layout/tuning.py.
+        cache), off (rules and the cache only) or again (re-measure now): measure/tuning.py.
       tune_seconds: the measurement's time budget, from its first child's start.
       graph_optimizer: TensorFlow's graph optimiser (Grappler), which rewrites every
         traced function on its first call (constant folding, fusions, memory
@@ -393,8 +392,3 @@ def apply(layout: Layout) -> None:
                  "n/a" if layout.onednn is None else on_off(layout.onednn), threads,
                  layout.channel_multiple, layout.source,
                  "; ".join(layout.reasons) or "as configured")
-
-
-def round_up(channels: int, multiple: int) -> int:
-    """`channels` rounded up to a multiple of `multiple`."""
-    return int(math.ceil(channels / multiple) * multiple)

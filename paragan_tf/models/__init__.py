@@ -1,5 +1,7 @@
 """The networks' building blocks (layers, recompute), shared by every GAN family."""
 
+import math
+
 import tf_keras as keras
 
 
@@ -7,3 +9,9 @@ def count_trainable(model: keras.Model) -> int:
     """Number of trainable scalars of a built model (from the variables' static shapes, so
     models built in a throwaway graph, whose initialisers never ran, count too)."""
     return int(sum(v.shape.num_elements() for v in model.trainable_variables))
+
+
+def round_up(channels: int, multiple: int) -> int:
+    """`channels` rounded up to a multiple of `multiple` (the layout's channel multiple:
+    every family's widths)."""
+    return int(math.ceil(channels / multiple) * multiple)

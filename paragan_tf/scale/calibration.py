@@ -46,7 +46,8 @@ FIT_COMMAND = (".venv/bin/python benchmarks/probes/fit_step_model.py "
                "--measured=benchmarks/results/reference_steps_h200_imagenet128_float32.json "
                "--fit='128:256:8:1:bfloat16' --fit='32:50:1:4:bfloat16' "
                "--fit='128:*:*:2:float32' --fix=bandwidth=0.8 "
-               "(benchmarks/results/step_model_fit_h200_2026-12-07.json)")
+               "(benchmarks/results/step_model_fit_h200_real_step_2026-12-07.json: the "
+               "step traced as measure/traced.py traces it)")
 
 TABLE: Dict[str, Constant] = {
     "input_images_per_core": Constant(
@@ -96,10 +97,11 @@ TABLE: Dict[str, Constant] = {
         "both bfloat16 autocast",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_bf16_op_seconds": Constant(
-        3.90e-5,
-        "seconds the host takes to issue one op of our traced graph on a GPU at bfloat16 "
+        3.88e-5,
+        "seconds the host takes to issue one op of our traced graph (the train step's own "
+        "micro-updates, measure/traced.py) on a GPU at bfloat16 "
         "(the step model's op_seconds, overlapped with the device's work): the CIFAR step "
-        "is bound by it. Range over refits on the repeated timings 3.75e-5-4.00e-5",
+        "is bound by it. Range over refits on the repeated timings 3.74e-5-3.98e-5",
         H200_STEPS + ": the two bfloat16 steps of step_model_gpu_bf16_compute",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_tf32_compute": Constant(
@@ -111,14 +113,14 @@ TABLE: Dict[str, Constant] = {
         "2.7203 and 0.2167 s (reference_steps_h200_imagenet128_float32.json)",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_tf32_op_seconds": Constant(
-        3.68e-5,
+        3.67e-5,
         "seconds the host takes to issue one op of our traced graph on a GPU at float32 "
         "(TF32): fitted apart from bfloat16's, and within 6 % of it. Range over refits on "
-        "the repeated timings 3.67e-5-3.69e-5",
+        "the repeated timings 3.66e-5-3.68e-5",
         H200_STEPS + ": the two float32 steps of step_model_gpu_tf32_compute",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_band_low": Constant(
-        0.979,
+        0.982,
         "the lowest modelled over measured seconds of the catalogue's GPU step model on the "
         "five measured H200 steps (four fitted, the 32 px float32 one held out): printed "
         "with every GPU plan as the model's error band",

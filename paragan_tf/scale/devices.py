@@ -22,6 +22,8 @@ chip, whose two cores act as one device):
                     convolutions and matrix products as TF32 on such a GPU by default
                     (tf.config.experimental.enable_tensor_float_32_execution), so it is a
                     float32 step's peak there
+  compute_capability, cpu_features  what the layout rules read (layout/rules.py): the
+                    plan's `auto` precision is the one a run training there picks
 
 The measured and fitted numbers below (the input rate per core, the gpu and tpu
 efficiencies) come from scale/calibration.py, which records each one's machine or
@@ -31,21 +33,10 @@ Efficiency is the fraction of the datasheet peak a BigGAN train step reaches. Th
 takes, in this order: a value given in gin (catalogue.efficiency = {'gpu/float32': ...});
 the newest step measured on that very device kind at that precision (scale/measured.py:
 the layout tuner's timing on bin/train.py's first run, or bin/plan.py --calibrate); else
-the family's fit, one number per family from one published run each (docs/scale.md;
-tests/scale/test_plan.py re-derives them from the published numbers and our FLOP counter,
-and checks them on the other runs):
-
-  gpu, float32    BigGAN-PyTorch ImageNet-128 on 8 V100 (fp32, 2,048 images/step,
-                  one D step): ~15 days to 150k iterations, 8.64 s/iteration
-  gpu, half       the float32 value, which flatters tensor cores (they reach a
-                  smaller fraction of their much higher peak): plans say so; but
-                  the step model below ranks above it, on every GPU precision that
-                  runs on tensor cores
-  tpu, bfloat16   ParaGAN: BigGAN-128 on 1,024 TPU v3 cores in 14 hours, read as
-                  the BigGAN-PyTorch schedule (150k iterations of 2,048 images)
-  cpu             no fit: this machine's own measurement (its FLOP/s over its
-                  theoretical peak at that precision, scale/cpu_peak.py), and none
-                  until a step has been measured, which the plan says
+the family's fit, one number per family from one published run each (docs/scale.md,
+"Checked against what really ran": gpu from BigGAN-PyTorch's ImageNet-128 on 8 V100s in
+float32, used at every GPU precision; tpu from ParaGAN's 1,024 TPU v3 cores; cpu none, this
+machine's own measurement; tests/scale/test_plan.py re-derives the fits).
 
 Every plan row names its efficiency's source (`efficiency_source`). Where the catalogue
 has the step model's constants for a family and precision (scale/step_model.py), the plan
@@ -56,8 +47,8 @@ family's fit, which was made there). A step measured on the device scales the mo
 it is of the planned network, and otherwise ranks above the model as an efficiency
 (scale/measured.py).
 
-Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`) or
-pass a custom device on bin/plan.py's command line.
+Users add or override rows in gin (`catalogue.extra = {'mygpu': {...}}`, a GPU's with its
+compute_capability) or pass a custom device on bin/plan.py's command line.
 """
 
 from __future__ import annotations
@@ -73,6 +64,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.scale import calibration
 from paragan_tf.scale import cpu_peak
 from paragan_tf.scale import measured
+from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import roofline
 from paragan_tf.scale import step_model as step_model_lib
 
@@ -103,6 +95,10 @@ class Device:
     source: str
     memory_gbps: float = 0.0
     peak_tf32_tflops: float = 0.0
+    # What the layout rules read of a device (layout/rules.py Hardware): a GPU's compute
+    # capability, a CPU's feature flags.
+    compute_capability: Optional[Tuple[int, int]] = None
+    cpu_features: Tuple[str, ...] = ()
 
     def peak_tflops(self, precision: str) -> float:
         """The matrix peak a step at `precision` runs on (float32's: TF32's where there is
@@ -113,29 +109,40 @@ class Device:
         return {"fp32": self.peak_fp32_tflops, "bf16": self.peak_bf16_tflops,
                 "fp16": self.peak_fp16_tflops}[unit]
 
+    def hardware(self) -> layout_lib.Hardware:
+        """This device as the layout rules see the hardware a run detects."""
+        capability = self.compute_capability  # a list where gin gave the row
+        return layout_lib.Hardware(self.family, cpu_features=frozenset(self.cpu_features),
+                                   gpu_compute_capability=tuple(capability) if capability
+                                   else None)
+
     def auto_precision(self) -> str:
-        """What layout.precision='auto' picks on this device (paragan_tf/layout/rules.py)."""
-        return "mixed_bfloat16" if self.peak_bf16_tflops else "float32"
+        """What layout.precision='auto' picks on this device: the layout rules' own
+        (layout/rules.py rule_precision), the one a run training there starts from."""
+        return layout_lib.rule_precision(self.hardware())[0]
 
 
 CATALOGUE: Dict[str, Device] = {d.name: d for d in (
     Device("v100", "gpu", 15.7, 0.0, 125.0, 32.0, 8, 150.0, 50.0 / 8, 8, INPUT_PER_HOST,
            "NVIDIA V100 SXM2 datasheet: 15.7 TFLOPS fp32, 125 fp16 tensor, 32 GB HBM2, "
            "NVLink 2.0 300 GB/s (150 per direction); DGX-1: 4 x 100 Gb/s InfiniBand EDR; "
-           "900 GB/s HBM2", memory_gbps=900.0),
+           "900 GB/s HBM2; compute capability 7.0", memory_gbps=900.0,
+           compute_capability=(7, 0)),
     Device("a100", "gpu", 19.5, 312.0, 312.0, 80.0, 8, 300.0, 25.0, 8, INPUT_PER_HOST,
            "NVIDIA A100 SXM4 80GB datasheet: 19.5 TFLOPS fp32, 312 bf16/fp16 dense, "
            "NVLink 3 600 GB/s (300 per direction); DGX A100: 8 x 200 Gb/s HDR; 2,039 GB/s "
-           "HBM2e; 156 TF32 dense", memory_gbps=2039.0, peak_tf32_tflops=156.0),
+           "HBM2e; 156 TF32 dense; compute capability 8.0", memory_gbps=2039.0,
+           peak_tf32_tflops=156.0, compute_capability=(8, 0)),
     Device("h100", "gpu", 67.0, 989.0, 989.0, 80.0, 8, 450.0, 50.0, 8, INPUT_PER_HOST,
            "NVIDIA H100 SXM5 datasheet: 67 TFLOPS fp32, 989 bf16/fp16 dense, 80 GB HBM3, "
            "NVLink 4 900 GB/s (450 per direction); DGX H100: 8 x 400 Gb/s NDR; HBM3 at "
-           "3.35 TB/s; 989 TF32 with sparsity, 494.5 dense",
-           memory_gbps=3350.0, peak_tf32_tflops=494.5),
+           "3.35 TB/s; 989 TF32 with sparsity, 494.5 dense; compute capability 9.0",
+           memory_gbps=3350.0, peak_tf32_tflops=494.5, compute_capability=(9, 0)),
     Device("h200", "gpu", 67.0, 989.0, 989.0, 141.0, 8, 450.0, 50.0, 8, INPUT_PER_HOST,
            "NVIDIA H200 SXM datasheet: the H100's compute (67 TFLOPS fp32, 989 bf16/fp16 "
            "dense, 494.5 TF32 dense), 141 GB HBM3e at 4.8 TB/s, NVLink 4 900 GB/s; 8 x 400 "
-           "Gb/s per host", memory_gbps=4800.0, peak_tf32_tflops=494.5),
+           "Gb/s per host; compute capability 9.0", memory_gbps=4800.0, peak_tf32_tflops=494.5,
+           compute_capability=(9, 0)),
     # fp32 matrix work on a TPU runs on the MXU in bfloat16 passes by default: the same peak.
     Device("tpu_v3", "tpu", 61.5, 61.5, 0.0, 16.0, 2048, 166.0, 166.0, 8, INPUT_PER_HOST,
            "Cloud TPU v3 docs: 123 TFLOPS bf16 and 32 GiB HBM per chip of 2 cores; pod of "
@@ -218,19 +225,14 @@ def caveat(device: Device, precision: str) -> Optional[str]:
 def this_cpu() -> Device:
     """This machine as a device: its theoretical peak (scale/cpu_peak.py) and memory."""
     peak = cpu_peak.theoretical_peak()
-    memory = 0.0
-    try:
-        with open("/proc/meminfo") as f:
-            memory = round(next(int(line.split()[1]) / 2 ** 20 for line in f
-                                if line.startswith("MemTotal:")), 1)
-    except (OSError, StopIteration):
-        pass
+    memory = round((memory_lib.device_memory_bytes("cpu") or 0) / memory_lib.GIB, 1)
     fp32 = (peak["fp32_gflops"] or 0.0) / 1000
     bf16 = (peak["bf16_gflops"] or 0.0) / 1000
     return Device("this_cpu", "cpu", fp32, bf16 if bf16 > fp32 else 0.0, 0.0, memory, 1,
                   0.0, 0.0, 1, INPUT_PER_CORE * peak["cores"],  # cores shared with compute
                   f"this machine: {peak['cores']} cores at "
-                  f"{peak['clock_ghz']:.2f} GHz ({peak['clock_source']}), {peak['isa_row']}")
+                  f"{peak['clock_ghz']:.2f} GHz ({peak['clock_source']}), {peak['isa_row']}",
+                  cpu_features=tuple(sorted(layout_lib.cpu_features())))
 
 
 def detected_name(accelerator: str) -> Optional[str]:
@@ -373,7 +375,8 @@ def catalogue(extra: Optional[Dict[str, dict]] = None,
             name=name, family="gpu", peak_fp32_tflops=0.0, peak_bf16_tflops=0.0,
             peak_fp16_tflops=0.0, memory_gib=0.0, per_host=1, intra_gbps=0.0,
             inter_gbps=0.0, per_input_host=8, input_per_host=INPUT_PER_HOST,
-            source="given in gin", memory_gbps=0.0, peak_tf32_tflops=0.0)
+            source="given in gin", memory_gbps=0.0, peak_tf32_tflops=0.0,
+            compute_capability=None, cpu_features=())
         unknown = set(fields) - set(base)
         if unknown:
             raise ConfigError(f"catalogue.extra[{name!r}]: unknown fields {sorted(unknown)}; "

@@ -5,7 +5,7 @@ another batch; the user's own device, timed on the experiment's own step, is bet
 Two writers leave such a measurement in the layout cache (paragan_tf/layout/cache.py):
 
   the layout tuner   bin/train.py's first run of a step shape under a one-process
-                     strategy on a CPU or GPU (layout/tuning.py) times the step and
+                     strategy on a CPU or GPU (measure/tuning.py) times the step and
                      counts its FLOPs; its entry names the catalogue device it ran on
                      (`device`: this_cpu, or the GPU's catalogue row; entries older than
                      that field are CPU ones)
@@ -50,7 +50,7 @@ from paragan_tf.scale import roofline
 from paragan_tf.scale import step_model as step_model_lib
 
 KIND = "step_rate"
-# The keys of a step shape (layout/tuning.py) that vary per run of one network: a step of
+# The keys of a step shape (measure/tuning.py) that vary per run of one network: a step of
 # the same network at another batch is the step model's to extrapolate.
 PER_RUN = ("batch_size", "d_steps", "accumulation", "recompute", "precision", "strategy")
 
@@ -141,7 +141,7 @@ def efficiency(device: str, peak_tflops: float, precision: str,
 
 
 def network(step: dict) -> dict:
-    """A step shape (layout/tuning.py) less what varies per run: which network it is."""
+    """A step shape (measure/tuning.py) less what varies per run: which network it is."""
     return {k: v for k, v in step.items() if k not in PER_RUN}
 
 

@@ -17,7 +17,7 @@ not the weights. The plan counts, per replica:
   outputs, alive to the end; with accumulation their running sum is added.
 
 Tensors grow linearly with the per-replica batch: the updates are traced
-(scale/traced.py) at a batch of PROBE_BATCH examples, tensors whose leading axis
+(measure/traced.py) at a batch of PROBE_BATCH examples, tensors whose leading axis
 is that batch (or the real+fake concatenation, twice it) are per-example, the rest
 fixed, so the peak at any batch is the maximum over the replay of fixed +
 per-example x batch. The largest batch that fits a memory budget follows. What the replay
@@ -37,20 +37,20 @@ import numpy as np
 import tensorflow as tf
 
 from paragan_tf.distribute import strategy as strategy_lib
+from paragan_tf.distribute.mode import GIB, fewest
 from paragan_tf.scale import calibration
-from paragan_tf.scale import traced
+from paragan_tf.scale import graphs as graphs_lib
 
-PROBE_BATCH = traced.PROBE_BATCH
-GIB = 1024 ** 3
+PROBE_BATCH = graphs_lib.PROBE_BATCH
 # The runtime holds more than the replayed live bytes (oneDNN's reordered copies of conv
 # inputs and weights, the next update's ops started while the last one finishes): a
 # factor measured on one CPU, calibration.TABLE["runtime_factor"] says which and how
 # (`bin/bench.py --suite=memory` re-measures it); GPUs and TPUs have other runtimes, so
 # treat it as a CPU figure.
 RUNTIME_FACTOR = calibration.RUNTIME_FACTOR
-SIDE_DEVICES = traced.SIDE_DEVICES  # the device labels of G's and D's ops
+SIDE_DEVICES = graphs_lib.SIDE_DEVICES  # the device labels of G's and D's ops
 # Ops whose output is their first input's buffer (no allocation).
-_ALIASES = traced.ALIASES
+_ALIASES = graphs_lib.ALIASES
 # Ops whose outputs are not activations: variable storage (counted as parameters).
 _NO_BUFFER = {"ReadVariableOp", "VarHandleOp", "Const", "NoOp", "AssignVariableOp",
               "AssignAddVariableOp", "AssignSubVariableOp"}
@@ -127,33 +127,17 @@ def _replay(graph: tf.Graph, outputs: Sequence[tf.Tensor], batch_sizes,
 
 def _measure(graph: tf.Graph) -> Dict[Optional[str], Activations]:
     """{None: the whole replay, side: the replay of that side's device} of a traced update."""
-    return {side: _replay(graph, graph.outputs, traced.BATCH_AXES, device)
+    return {side: _replay(graph, graph.outputs, graphs_lib.BATCH_AXES, device)
             for side, device in [(None, None)] + list(SIDE_DEVICES.items())}
 
 
-def update_activations(generator, discriminator, objective,
-                       recompute: bool = False) -> Dict[str, Activations]:
-    """Live bytes of D's update (D on real + fake) and G's (G then D) over their replay
-    (scale/traced.py traces them through `objective`, with the models' blocks
-    rematerialised or not)."""
-    return _update_activations(generator, discriminator, objective, recompute)[None]
-
-
-def _update_activations(generator, discriminator, objective, recompute: bool,
-                        graphs: Optional[Dict[str, tf.Graph]] = None
-                        ) -> Dict[Optional[str], Dict[str, Activations]]:
-    graphs = graphs or traced.update_graphs(generator, discriminator, objective, recompute)
+def update_activations(graphs: graphs_lib.UpdateGraphs
+                       ) -> Dict[Optional[str], Dict[str, Activations]]:
+    """Live bytes of D's update and G's over the replay of their traced `graphs`
+    (measure/traced.py), per side: {None: the whole replica, 'G': G's device, 'D': D's}."""
     replays = {name: _measure(graph) for name, graph in graphs.items()}
     return {side: {name: replay[side] for name, replay in replays.items()}
             for side in [None] + list(SIDE_DEVICES)}
-
-
-def activation_bytes(generator, discriminator, objective, batch: int) -> dict:
-    """Peak live bytes of each update at `batch` examples per replica, and the larger."""
-    acts = update_activations(generator, discriminator, objective, generator.recompute)
-    out = {name: a.at(batch) for name, a in acts.items()}
-    out["total"] = max(out.values())
-    return out
 
 
 def variable_bytes(variables) -> int:
@@ -261,32 +245,19 @@ class Plan:
         return report
 
 
-def fewest(examples: int, fits: Callable[[int, int, bool], bool]
-           ) -> Optional[Tuple[int, int, bool]]:
-    """The first (accumulation, micro-batch, recompute) that `fits`, fewest micro-batches
-    first, without recompute before with it; None if none does."""
-    divisors = [a for a in range(1, examples + 1) if examples % a == 0]
-    for recompute in (False, True):
-        for accumulation in divisors:
-            if fits(accumulation, examples // accumulation, recompute):
-                return accumulation, examples // accumulation, recompute
-    return None
-
-
-def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer, objective,
-         side_of: Callable[[str], str], accumulation: int = 1,
-         graphs: Optional[Dict[str, tf.Graph]] = None) -> Plan:
-    """The memory plan of built models and optimizers, their updates computed as
-    `objective` computes them (traces four updates; runs nothing).
+def plan(generator, discriminator, generator_ema, g_optimizer, d_optimizer,
+         side_of: Callable[[str], str], graphs: graphs_lib.UpdateGraphs,
+         graphs_recompute: graphs_lib.UpdateGraphs, accumulation: int = 1) -> Plan:
+    """The memory plan of built models and optimizers, their updates as the train step
+    computes them: `graphs` and `graphs_recompute`, the step's two updates traced
+    (measure/traced.py) with the models' blocks kept and rematerialised (runs nothing).
 
     Its `sides` are the plans of G's and D's devices when the two are split
     (model_parallel.placement='split'): each holds the variables the parallel mode's
     `side_of(owner)` gives it (distribute/mode.py; G's: G, EMA G and G's optimizer state)
-    and its network's side of both updates. `graphs`: the updates already traced without
-    recompute (traced.update_graphs), which the roofline costs too.
+    and its network's side of both updates.
     """
-    kept = _update_activations(generator, discriminator, objective, False, graphs)
-    recomputed = _update_activations(generator, discriminator, objective, True)
+    kept, recomputed = update_activations(graphs), update_activations(graphs_recompute)
     g_grads = variable_bytes(generator.trainable_variables)
     d_grads = variable_bytes(discriminator.trainable_variables)
     # Per side: (parameter, optimizer, EMA) bytes.

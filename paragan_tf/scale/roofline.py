@@ -1,4 +1,4 @@
-"""The roofline of a train step: every op of its two traced updates (scale/traced.py) with
+"""The roofline of a train step: every op of its two traced updates (measure/traced.py) with
 the FLOPs it computes and the bytes it moves, so a device's compute peak and memory
 bandwidth bound the step's time op by op.
 
@@ -24,16 +24,16 @@ from typing import Dict
 import numpy as np
 import tensorflow as tf
 
-from paragan_tf.scale import traced
+from paragan_tf.scale import graphs as graphs_lib
 
 # Ops whose outputs are views or storage, not traffic (as scale/memory.py counts buffers).
-_NO_TRAFFIC = traced.ALIASES | {"ReadVariableOp", "VarHandleOp", "Const", "NoOp",
-                                "Placeholder"}
+_NO_TRAFFIC = graphs_lib.ALIASES | {"ReadVariableOp", "VarHandleOp", "Const", "NoOp",
+                                   "Placeholder"}
 
 
 def _is_per_example(tensor: tf.Tensor) -> bool:
     shape = tensor.shape
-    return bool(shape.rank) and shape[0] in traced.BATCH_AXES
+    return bool(shape.rank) and shape[0] in graphs_lib.BATCH_AXES
 
 
 def _matrix_flops(op) -> int:
@@ -114,8 +114,8 @@ def update_cost(graph: tf.Graph) -> UpdateCost:
             continue  # shapes, indices: host-side bookkeeping
         work = float(_matrix_flops(op))
         per_example = any(_is_per_example(t) for t in op.inputs)
-        flops.append([0.0, work / traced.PROBE_BATCH] if per_example else [work, 0.0])
-        moved.append([traffic[0], traffic[1] / traced.PROBE_BATCH])
+        flops.append([0.0, work / graphs_lib.PROBE_BATCH] if per_example else [work, 0.0])
+        moved.append([traffic[0], traffic[1] / graphs_lib.PROBE_BATCH])
     return UpdateCost(np.array(flops).reshape(-1, 2), np.array(moved).reshape(-1, 2))
 
 
@@ -147,12 +147,6 @@ class StepCost:
                    for name, times in self.weights(d_steps, accumulation).items())
 
 
-def step_cost(generator, discriminator, objective, recompute: bool = False) -> StepCost:
-    """The roofline of the built models' train step as `objective` computes it (traces
-    both updates; runs nothing)."""
-    return cost_of(traced.update_graphs(generator, discriminator, objective, recompute))
-
-
 def cost_of(graphs: Dict[str, tf.Graph]) -> StepCost:
-    """The roofline of the two updates traced by traced.update_graphs."""
+    """The roofline of a step's two updates, traced (measure/traced.py)."""
     return StepCost({name: update_cost(graph) for name, graph in graphs.items()})

@@ -23,7 +23,7 @@ import tensorflow as tf
 
 from paragan_tf.data import class_list
 from paragan_tf.errors import ParameterServerLost
-from paragan_tf.scale import built
+from paragan_tf.scale import memory as memory_lib
 from paragan_tf.train import async_trainer
 from paragan_tf.train import checkpoints
 from paragan_tf.train import controller as controller_lib
@@ -94,7 +94,11 @@ def assemble(exp: experiment_lib.Experiment, model_dir: str,
     if is_chief:
         run_files.write_config(model_dir, exp.operative_config, writer)
     if exp.mode.model_parallel:
-        placed = built.bytes_by_device(exp)  # measured, not planned
+        # Where the placement put G, EMA G, D and both optimizers' variables: measured.
+        placed = memory_lib.bytes_by_device(
+            list(exp.generator.variables) + list(exp.generator_ema.variables) +
+            list(exp.discriminator.variables) + list(exp.g_optimizer.variables()) +
+            list(exp.d_optimizer.variables()))
         logging.info("variables per device: %s", json.dumps(placed))
         stats.append("devices", int(exp.step.numpy()), {"variable_bytes": placed})
     if restored:

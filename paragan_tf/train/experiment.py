@@ -137,7 +137,7 @@ def build(strategy: Optional[tf.distribute.Strategy] = None, check_data: bool = 
     Raises ConfigError on bad settings.
 
     check_data=False skips the check that the data is present (dry runs). `measured`:
-    the layout layout/tuning.py measured for this step (None: the rules decide).
+    the layout measure/tuning.py measured for this step (None: the rules decide).
     """
     settings = settings or Settings.read()
     config, data, input_config = settings.train, settings.data, settings.inputs

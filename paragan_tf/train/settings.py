@@ -90,7 +90,7 @@ class Settings:
     g_optimizer: optimizers.OptimizerConfig  # G/optimizer.*
     d_optimizer: optimizers.OptimizerConfig  # D/optimizer.*
     model: ModelOptions
-    # The parsed config as gin text: what a layout probe child parses (layout/timing.py).
+    # The parsed config as gin text: what a layout probe child parses (measure/timing.py).
     parsed: str = ""
 
     @staticmethod

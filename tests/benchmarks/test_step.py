@@ -100,7 +100,7 @@ def test_the_step_benchmarks_auto_is_what_a_first_training_run_chooses(tmp_path,
     cached one whose precision is not the rule's), not the rules alone."""
     from paragan_tf.layout import cache as layout_cache  # pylint: disable=C0415
     from paragan_tf.layout import rules as layout_lib  # pylint: disable=C0415
-    from paragan_tf.layout import tuning as layout_tuning  # pylint: disable=C0415
+    from paragan_tf.measure import tuning as layout_tuning  # pylint: disable=C0415
     from paragan_tf.layout.choice import Choice  # pylint: disable=C0415
     from paragan_tf.train import experiment  # pylint: disable=C0415
     monkeypatch.setenv("PARAGAN_TF_LAYOUT_CACHE", str(tmp_path / "layouts.json"))

@@ -17,7 +17,7 @@ from paragan_tf.distribute import model_parallel
 from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
 from paragan_tf.eval import evaluator as evaluator_lib
-from paragan_tf.scale import built
+from paragan_tf.measure import built
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
 from paragan_tf.train import step as step_lib

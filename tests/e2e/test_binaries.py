@@ -15,10 +15,10 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
-from paragan_tf.scale import built
+from paragan_tf.measure import built
 from paragan_tf.train import driver
 from paragan_tf.train import experiment
-from paragan_tf.layout import tuning as layout_tuning
+from paragan_tf.measure import tuning as layout_tuning
 from tests.helpers import clusters
 from tests.helpers.clusters import run_binary  # waits while the run prints, no fixed timeout
 from tests.helpers.repo import PYTHON, REPO

@@ -3,9 +3,12 @@ without touching the shipped ones, and what it does not know named."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from paragan_tf.errors import ConfigError
+from paragan_tf.layout import rules as layout_lib
 from paragan_tf.scale import devices
 
 
@@ -36,9 +39,31 @@ def test_efficiency_by_family_and_precision_and_a_missing_one_named():
                                           r"device\) or give one: catalogue.efficiency = "
                                           r"\{'tpu/mixed_float16': 0.5\}"):
         catalogue.efficiency(tpu, "mixed_float16")
-    # Peaks by precision, and what layout.precision='auto' would pick there.
-    assert (v100.peak_tflops("mixed_float16"), v100.auto_precision()) == (125.0, "float32")
+    # Peaks by precision, and what layout.precision='auto' picks there: a V100 trains
+    # float16 on its tensor cores (125 TFLOP/s, not float32's 15.7).
+    assert (v100.peak_tflops("mixed_float16"), v100.auto_precision()) == (125.0,
+                                                                          "mixed_float16")
     assert (tpu.peak_tflops("float32"), tpu.auto_precision()) == (61.5, "mixed_bfloat16")
+
+
+def test_plans_and_training_pick_one_precision_on_every_catalogue_device():
+    """The plan's `auto` (Device.auto_precision) is the layout a run training on that
+    hardware chooses (layout/rules.py choose, nothing measured): one rule for both."""
+    catalogue = devices.catalogue()
+    picked = {}
+    for name in [*devices.CATALOGUE, "this_cpu"]:
+        device = catalogue.device(name)
+        trained = layout_lib.choose(device.hardware(),
+                                    config=layout_lib.LayoutConfig()).precision
+        assert device.auto_precision() == trained, name
+        picked[name] = trained
+    assert picked["v100"] == "mixed_float16"
+    assert {picked[n] for n in ("a100", "h100", "h200", "tpu_v3", "tpu_v4")} == {
+        "mixed_bfloat16"}
+    # The negative control: a V100 whose compute capability the row lost plans float32,
+    # which its training (7.0 detected) would not pick.
+    blind = dataclasses.replace(catalogue.device("v100"), compute_capability=None)
+    assert blind.auto_precision() == "float32"
 
 
 def test_float32_on_a_gpu_with_tf32_runs_at_the_tf32_peak_and_says_so():

@@ -14,7 +14,7 @@ import pytest
 from paragan_tf.errors import ConfigError
 from paragan_tf.layout import cache as layout_cache
 from paragan_tf.layout import rules as layout_lib
-from paragan_tf.scale import built
+from paragan_tf.measure import built
 from paragan_tf.scale import devices
 from paragan_tf.scale import measured
 from paragan_tf.scale import plan
@@ -155,7 +155,7 @@ def test_the_newest_measurement_counts_and_the_tuners_entries_too(cache):
     entries = json.loads(cache.read_text())
     (key,) = entries
     entries[key]["date"] = "2026-01-01 00:00:00 UTC"
-    # What the layout tuner writes on a GPU (layout/tuning.py): its choice, its FLOPs and
+    # What the layout tuner writes on a GPU (measure/tuning.py): its choice, its FLOPs and
     # replicas, and the catalogue row it ran on; a GPU the catalogue lacks names none.
     tuner = dict(schema=layout_cache.SCHEMA, hardware={"accelerator": "gpu"}, step=STEP,
                  choice=dict(precision=BF16, xla=True), train_step_flops=FLOPS,

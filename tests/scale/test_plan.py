@@ -95,7 +95,7 @@ import pytest
 
 from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
-from paragan_tf.scale import built
+from paragan_tf.measure import built
 from paragan_tf.scale import devices
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import modes
@@ -180,6 +180,12 @@ def studiogan_tiny():
     return _studiogan(STUDIOGAN_TINY)
 
 
+def _fp32(model):
+    """`model` at float32: the published V100 runs' precision (a V100's `auto` is
+    mixed_float16, as a run training there picks)."""
+    return dataclasses.replace(model, precision="float32")
+
+
 def _row(model, target, catalogue=None, assumptions=None):
     name, count = plan.parse_target(target)
     catalogue = catalogue or devices.catalogue()
@@ -192,17 +198,18 @@ def test_the_calibration_points_give_the_catalogue_and_land_on_their_runs(imagen
     catalogue = devices.catalogue()
     assumptions = plan.Assumptions()
     assert imagenet128.effective_batch == 2048 and imagenet128.d_steps == 1
-    for device, count, seconds, key in (
-            ("v100", 8, BIGGAN_PYTORCH_SECONDS, ("gpu", "float32")),
-            ("tpu_v3", 1024, PARAGAN_SECONDS, ("tpu", "mixed_bfloat16"))):
-        derived = plan.calibrate(imagenet128, catalogue.device(device), count, seconds,
+    for model, device, count, seconds, key in (
+            (_fp32(imagenet128), "v100", 8, BIGGAN_PYTORCH_SECONDS, ("gpu", "float32")),
+            (imagenet128, "tpu_v3", 1024, PARAGAN_SECONDS, ("tpu", "mixed_bfloat16"))):
+        derived = plan.calibrate(model, catalogue.device(device), count, seconds,
                                  catalogue, assumptions)
         print(f"calibrated {key}: {derived:.4f} (catalogue {devices.EFFICIENCY[key]})")
         assert derived == pytest.approx(devices.EFFICIENCY[key], rel=0.02), key
-    for name, target, published in (
-            ("C1 BigGAN-PyTorch, 8 V100 fp32", "v100x8", BIGGAN_PYTORCH_SECONDS),
-            ("C2 ParaGAN, 1,024 TPU v3 cores", "tpu_v3x1024", PARAGAN_SECONDS)):
-        row = _row(imagenet128, target)
+    for name, model, target, published in (
+            ("C1 BigGAN-PyTorch, 8 V100 fp32", _fp32(imagenet128), "v100x8",
+             BIGGAN_PYTORCH_SECONDS),
+            ("C2 ParaGAN, 1,024 TPU v3 cores", imagenet128, "tpu_v3x1024", PARAGAN_SECONDS)):
+        row = _row(model, target)
         ratio = row["seconds"]["step"] / published
         print(f"| {name} (calibration) | {published:.3f} | {row['seconds']['step']:.3f} | "
               f"{ratio:.2f} |")
@@ -356,7 +363,8 @@ def test_the_independent_runs_are_planned_within_a_factor_of_two(imagenet128, st
     assert 0.03 < missing_share < 0.05, missing_share
     rows = {
         "I1 StudioGAN BigGAN2048 (ImageNet 128, 512 x 4, 2 D steps), 8 V100 fp32": (
-            _row(dataclasses.replace(imagenet128, d_steps=2, total_steps=200_000), "v100x8"),
+            _row(dataclasses.replace(imagenet128, precision="float32", d_steps=2,
+                                     total_steps=200_000), "v100x8"),
             STUDIOGAN_2048_SECONDS, STUDIOGAN_2048_HOURS),
         "I2 StudioGAN BigGAN CIFAR-10 (batch 64, 5 D steps), 1 TITAN RTX fp32": (
             _row(studiogan_cifar, "titan_rtxx1", catalogue), STUDIOGAN_CIFAR_SECONDS,
@@ -377,9 +385,9 @@ def test_the_independent_runs_are_planned_within_a_factor_of_two(imagenet128, st
 
 
 def test_a_plan_changes_with_what_it_depends_on(imagenet128):
-    base = _row(imagenet128, "v100x8")
+    base = _row(_fp32(imagenet128), "v100x8")
     # Twice the devices: half the examples each, the same recipe.
-    wide = _row(imagenet128, "v100x16")
+    wide = _row(_fp32(imagenet128), "v100x16")
     assert wide["examples_per_replica"] * 2 == base["examples_per_replica"]
     assert wide["seconds"]["compute"] < base["seconds"]["compute"]
     assert wide["seconds"]["all_reduce"] > base["seconds"]["all_reduce"]  # crosses hosts
@@ -387,10 +395,10 @@ def test_a_plan_changes_with_what_it_depends_on(imagenet128):
     tiny = devices.catalogue(extra={"tiny_gpu": dict(peak_fp32_tflops=10.0, memory_gib=1.0,
                                                      per_host=8, intra_gbps=100.0,
                                                      inter_gbps=10.0)})
-    small = _row(imagenet128, "tiny_gpux8", tiny)
+    small = _row(_fp32(imagenet128), "tiny_gpux8", tiny)
     assert not small["fits"] and small["bottleneck"] == "memory"
     with pytest.raises(ConfigError, match="does not split over 3 devices"):
-        _row(imagenet128, "v100x3")
+        _row(_fp32(imagenet128), "v100x3")
     with pytest.raises(ConfigError, match="unknown device 'v200'"):
         _row(imagenet128, "v200x8")
     with pytest.raises(ConfigError, match="v100 has no mixed_bfloat16 unit"):
@@ -446,7 +454,7 @@ def test_the_split_plan_puts_each_network_and_its_state_on_its_own_device(imagen
             assert min(parts) < whole
     # D's update runs only G's forward on G's device (nothing kept for a backward).
     assert g.activation_bytes("d_update", 16, False) < d.activation_bytes("d_update", 16, False)
-    row = _row(imagenet128, "v100x8")
+    row = _row(_fp32(imagenet128), "v100x8")
     split = row["modes"]["split"]
     assert split["fits"] and split["replicas"] == 4
     assert split["extra_mib_per_step"] == pytest.approx(

@@ -9,7 +9,8 @@ import tensorflow as tf
 
 from paragan_tf.scale import flops as flops_lib
 from paragan_tf.scale import roofline
-from paragan_tf.scale import traced
+from paragan_tf.measure import built
+from paragan_tf.scale import graphs
 from paragan_tf.train import experiment
 
 
@@ -19,7 +20,7 @@ def _graph(fn, *shapes):
 
 
 def test_a_convolution_costs_its_multiply_adds_and_its_tensors():
-    b = traced.PROBE_BATCH
+    b = graphs.PROBE_BATCH
     cost = roofline.update_cost(_graph(lambda x, k: tf.nn.conv2d(x, k, 1, "SAME"),
                                        [b, 8, 8, 3], [3, 3, 3, 4]))
     # Per example: 8 x 8 outputs of 4 channels, each 3 x 3 x 3 multiply-adds; the input
@@ -32,7 +33,7 @@ def test_a_convolution_costs_its_multiply_adds_and_its_tensors():
 
 
 def test_ops_no_output_needs_are_not_counted():
-    b = traced.PROBE_BATCH
+    b = graphs.PROBE_BATCH
 
     def fn(x, k):
         tf.nn.conv2d(x, k, 1, "SAME")  # traced, never run: nothing reads it
@@ -48,7 +49,7 @@ def test_the_step_s_matrix_flops_agree_with_the_flop_counter(tiny_gin):
     tiny_gin()
     exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
                            check_data=False)
-    cost = roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+    cost = roofline.cost_of(built.update_graphs(exp))
     for batch in (1, 8):
         counted = flops_lib.forward(exp.generator, exp.discriminator, batch).train_step(2, 3)
         ratio = cost.totals(batch, d_steps=2, accumulation=3)["flops"] / counted

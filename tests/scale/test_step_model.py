@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from paragan_tf.errors import ConfigError
-from paragan_tf.scale import built
+from paragan_tf.measure import built
 from paragan_tf.scale import calibration
 from paragan_tf.scale import devices as devices_lib
 from paragan_tf.scale import plan as plan_lib
@@ -32,7 +32,7 @@ def cost():
     parse_tiny()
     exp = experiment.build(strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
                            check_data=False)
-    return roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+    return roofline.cost_of(built.update_graphs(exp))
 
 
 def _points(cost, constants, batches, accumulation=1, d_steps=1):

@@ -197,7 +197,7 @@ def test_pix2pix_trains_in_mixed_precision_with_accumulation_and_clipping(tmp_pa
 
 
 def test_the_memory_plan_traces_pix2pix_updates_and_splits_them_by_network():
-    from paragan_tf.scale import built
+    from paragan_tf.measure import built
     _parse()
     model = built.plan_model(["float32"], progress=lambda _: None)
     memory = model.memory["float32"]

@@ -29,7 +29,7 @@ import tf_keras as keras
 
 from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
-from paragan_tf.layout.rules import round_up
+from paragan_tf.models import round_up
 from paragan_tf.models import layers
 from paragan_tf.models import recompute as recompute_lib
 

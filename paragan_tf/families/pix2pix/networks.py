@@ -31,7 +31,7 @@ import tf_keras as keras
 
 from paragan_tf.errors import ConfigError
 from paragan_tf.families import contract
-from paragan_tf.layout.rules import round_up
+from paragan_tf.models import round_up
 from paragan_tf.models import layers
 
 # Stride 1 with one pixel of zeros on each side: the PatchGAN's last two convolutions. Padded

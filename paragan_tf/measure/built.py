@@ -1,12 +1,12 @@
-"""What the plans say of a built experiment: its memory plan per replica and per device
-(scale/memory.py), the scale plan's Model of it (scale/plan.py), the dry run's plan line,
-where its variables actually are, and its step timed on this machine's devices
-(`measure_step`, which bin/plan.py --calibrate records: scale/measured.py). The scale
-package's one module in train's layer of the architecture (docs/architecture.md): it
-builds experiments.
+"""What the plans say of a built experiment: its two updates traced from its own train step
+(measure/traced.py), its memory plan per replica and per device (scale/memory.py), the
+scale plan's Model of it (scale/plan.py), the dry run's plan line, and its step timed on
+this machine's devices (`measure_step`, which bin/plan.py --calibrate records:
+scale/measured.py). It builds experiments, so it sits in the measuring package above
+train/ (docs/architecture.md); scale/ below holds the arithmetic.
 
-The dry run (bin/train.py --dry_run), bin/plan.py and the training driver read these; the
-experiment itself is built by train/experiment.py.
+The dry run (bin/train.py --dry_run) and bin/plan.py read these; the experiment itself is
+built by train/experiment.py.
 """
 
 from __future__ import annotations
@@ -14,45 +14,45 @@ from __future__ import annotations
 import dataclasses
 import gc
 import statistics
-import time
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from paragan_tf.distribute import mode as mode_lib
 from paragan_tf.errors import ConfigError
-from paragan_tf.layout import tuning as layout_tuning
+from paragan_tf.measure import step_timer
+from paragan_tf.measure import traced
+from paragan_tf.measure import tuning as layout_tuning
 from paragan_tf import models
 from paragan_tf.scale import flops as flops_lib
+from paragan_tf.scale import graphs as graphs_lib
 from paragan_tf.scale import memory as memory_lib
 from paragan_tf.scale import measured
 from paragan_tf.scale import plan as plan_lib
 from paragan_tf.scale import roofline
-from paragan_tf.scale import traced
 from paragan_tf.train import experiment as experiment_lib
+from paragan_tf.train import step as step_lib
 from paragan_tf.train import sync_trainer
 
 # Strategies whose devices all belong to this one process: what one timing can measure.
 MEASURABLE_KINDS = ("one_device", "mirrored", "tpu")
 
 
-def bytes_by_device(exp: experiment_lib.Experiment) -> Dict[str, int]:
-    """The bytes of G, EMA G, D and both optimizers' variables on each device of this
-    process: where a model-parallel placement put them (scale/memory.py)."""
-    return memory_lib.bytes_by_device(
-        list(exp.generator.variables) + list(exp.generator_ema.variables) +
-        list(exp.discriminator.variables) + list(exp.g_optimizer.variables()) +
-        list(exp.d_optimizer.variables()))
+def update_graphs(exp: experiment_lib.Experiment,
+                  recompute: bool = False) -> graphs_lib.UpdateGraphs:
+    """The built run's two updates, traced from its own train step (measure/traced.py)."""
+    return traced.update_graphs(step_lib.for_experiment(exp), recompute)
 
 
 def memory_of(exp: experiment_lib.Experiment,
-              graphs: Optional[Dict[str, tf.Graph]] = None) -> memory_lib.Plan:
+              graphs: Optional[graphs_lib.UpdateGraphs] = None) -> memory_lib.Plan:
     """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing;
-    `graphs`: its updates already traced, traced.update_graphs)."""
+    `graphs`: its updates already traced without recompute, update_graphs)."""
     return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
-                           exp.g_optimizer, exp.d_optimizer, exp.objective,
-                           side_of=exp.mode.side_of,
-                           accumulation=exp.settings.train.accumulation, graphs=graphs)
+                           exp.g_optimizer, exp.d_optimizer, side_of=exp.mode.side_of,
+                           graphs=graphs or update_graphs(exp),
+                           graphs_recompute=update_graphs(exp, recompute=True),
+                           accumulation=exp.settings.train.accumulation)
 
 
 def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = None,
@@ -91,15 +91,14 @@ def _built_here(settings: experiment_lib.Settings) -> experiment_lib.Experiment:
 def step_cost() -> roofline.StepCost:
     """The roofline of the parsed (unfinalised) gin config's train step (scale/roofline.py):
     its models built on this host, both updates traced, nothing run."""
-    exp = _built_here(_planned_settings())
-    return roofline.step_cost(exp.generator, exp.discriminator, exp.objective)
+    return roofline.cost_of(update_graphs(_built_here(_planned_settings())))
 
 
 def step_cost_and_memory() -> Tuple[roofline.StepCost, memory_lib.Plan]:
     """step_cost() and the per-replica memory plan of the same build, its updates traced
     once for both: what a measured step's seconds and peak memory are set against."""
     exp = _built_here(_planned_settings())
-    graphs = traced.update_graphs(exp.generator, exp.discriminator, exp.objective)
+    graphs = update_graphs(exp)
     return roofline.cost_of(graphs), memory_of(exp, graphs)
 
 
@@ -120,7 +119,7 @@ def plan_model(precisions: Sequence[str],
             settings.layout, precision=precision)))
         progress(f"tracing the memory plan at {precision}")
         # Traced once for both: the memory plan replays the updates, the roofline costs them.
-        graphs = traced.update_graphs(exp.generator, exp.discriminator, exp.objective)
+        graphs = update_graphs(exp)
         memory[precision] = memory_of(exp, graphs)
         progress(f"costing the step's ops at {precision}")
         costs[precision] = roofline.cost_of(graphs)
@@ -181,21 +180,15 @@ def measure_step(gin_files: Sequence[str], bindings: Sequence[str], steps: int,
                           f"{list(MEASURABLE_KINDS)}")
     exp, data = experiment_lib.build_or_stand_in(gin_files, bindings)
     trainer = sync_trainer.SyncTrainer(exp)
-    times = []
-    for i in range(2 + steps):
-        start = time.perf_counter()
-        trainer.train(1)
-        times.append(time.perf_counter() - start)
-        progress(f"calibrating: step {i + 1}/{2 + steps} {times[-1]:.3f} s"
-                 + (" (warm-up)" if i < 2 else ""))
+    times = step_timer.time_steps(trainer, steps, warmup=2, progress=progress,
+                                  label="calibrating").seconds
     trainer.close()
     precision, cfg = exp.layout.precision, exp.settings.train
     replicas = exp.strategy.num_replicas_in_sync
-    moved = roofline.step_cost(exp.generator, exp.discriminator, exp.objective).totals(
+    moved = roofline.cost_of(update_graphs(exp)).totals(
         cfg.batch_size // replicas, cfg.d_steps, cfg.accumulation)["bytes"]
     return dict(hardware=exp.layout.hardware, precision=precision, data=data,
                 step=layout_tuning.step_shape(exp.settings, precision),
                 train_step_flops=flops_lib.train_step_flops(exp),
                 train_step_bytes=moved * replicas, replicas=replicas,
-                seconds_per_step=statistics.median(times[2:]),
-                step_seconds=times[2:])
+                seconds_per_step=statistics.median(times), step_seconds=times)

@@ -16,8 +16,8 @@ from paragan_tf.layout import cache as layout_cache
 from paragan_tf.layout import env as layout_env
 from paragan_tf.train import experiment
 from paragan_tf.layout import candidates as layout_candidates
-from paragan_tf.layout import timing as layout_timing
-from paragan_tf.layout import tuning as layout_tuning
+from paragan_tf.measure import timing as layout_timing
+from paragan_tf.measure import tuning as layout_tuning
 from tests.helpers.clusters import run_while_progressing
 from tests.helpers.repo import PYTHON, REPO, relative
 

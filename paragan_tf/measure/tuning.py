@@ -4,7 +4,7 @@ What does not change the numbers beyond round-off (XLA on or off, oneDNN on or o
 on x86 CPUs, TensorFlow's thread counts) is chosen by timing the experiment's own
 training step under each candidate, never from a table. oneDNN and the thread
 counts must be set before TensorFlow loads, so every candidate is a child process
-(layout/probe.py) that builds the run, compiles and warms up its step, then
+(measure/probe.py) that builds the run, compiles and warms up its step, then
 times steps when asked. Children start as many at a time as there are cores, the rules'
 candidate first; each times one step alone once its group is ready, and one over twice
 the best so far is dropped then (timing.py). The survivors are asked A B C, A B C, ...
@@ -48,7 +48,7 @@ from paragan_tf.layout.choice import Choice
 from paragan_tf.layout import cache as layout_cache
 from paragan_tf.layout import env as layout_env
 from paragan_tf.layout import candidates as layout_candidates
-from paragan_tf.layout import timing as layout_timing
+from paragan_tf.measure import timing as layout_timing
 from paragan_tf.scale import devices as devices_lib
 
 ONE_PROCESS_KINDS = ("one_device", "mirrored")

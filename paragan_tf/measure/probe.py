@@ -1,6 +1,6 @@
-"""One layout candidate's training step, timed on request (a child of layout/timing.py).
+"""One layout candidate's training step, timed on request (a child of measure/timing.py).
 
-    python -m paragan_tf.layout.probe CONFIG.gin [BINDING ...]
+    python -m paragan_tf.measure.probe CONFIG.gin [BINDING ...]
 
 The process settings under test (oneDNN, thread counts) come in the environment,
 set before TensorFlow loads; the rest (XLA, precision) as gin bindings. It builds
@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 from paragan_tf import teardown
+from paragan_tf.measure import step_timer
 
 
 def _say(**fields) -> None:
@@ -35,11 +35,7 @@ def main(argv) -> None:
     config, bindings = argv[0], list(argv[1:])
     exp, _ = experiment.build_or_stand_in([config], bindings)
     trainer = sync_trainer.SyncTrainer(exp)
-    warmup = []
-    for _ in range(2):
-        start = time.perf_counter()
-        trainer.train(1)
-        warmup.append(time.perf_counter() - start)
+    warmup = step_timer.time_steps(trainer, 0, warmup=2).warmup_seconds
     flops = None
     if os.environ.get("PARAGAN_TF_PROBE_FLOPS") == "1":  # one probe counts for all
         from paragan_tf.scale import flops as flops_lib  # pylint: disable=import-outside-toplevel
@@ -51,9 +47,8 @@ def main(argv) -> None:
         if command in ("quit", ""):  # here, while the iterators are still referenced
             teardown.exit_now(0)
         steps = int(command)
-        start = time.perf_counter()
-        trainer.train(steps)
-        _say(seconds=time.perf_counter() - start, steps=steps)
+        _say(seconds=step_timer.time_steps(trainer, 1, steps_per_call=steps).seconds[0] * steps,
+             steps=steps)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
-"""Timing layout candidates in child processes (layout/tuning.py decides what to
+"""Timing layout candidates in child processes (measure/tuning.py decides what to
 time and what to keep; docs/design.md section 5).
 
-Each candidate is a child process (layout/probe.py) started with its own
+Each candidate is a child process (measure/probe.py) started with its own
 environment (oneDNN, thread counts: read only as TensorFlow loads) that builds the run,
 compiles and warms up its step, then times steps when asked. `measure` starts them as
 many at a time as asked, the first candidate first, drops a hopeless one after its first
@@ -48,7 +48,7 @@ class _Probe:
                     f"layout.precision = '{candidate.precision}'",
                     "layout.tune = 'off'"]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "paragan_tf.layout.probe", config_file, *bindings],
+            [sys.executable, "-m", "paragan_tf.measure.probe", config_file, *bindings],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env, text=True)
         self.ready: Optional[dict] = None
