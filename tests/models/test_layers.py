@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from paragan_tf.models import blocks
 from paragan_tf.models import layers
 from tests.helpers.training import mirrored_2
 
@@ -29,7 +30,7 @@ def test_upsample_repeats_each_pixel_into_a_2x2_square():
     x = tf.reshape(tf.range(2 * 2 * 3 * 2, dtype=tf.float32), [2, 2, 3, 2])
     with tf.GradientTape() as tape:
         tape.watch(x)
-        y = layers._upsample(x)
+        y = blocks._upsample(x)
     assert y.shape == (2, 4, 6, 2)
     for a in (0, 1):
         for b in (0, 1):

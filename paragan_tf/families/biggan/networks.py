@@ -30,6 +30,7 @@ import tf_keras as keras
 from paragan_tf.distribute import staging
 from paragan_tf.errors import ConfigError
 from paragan_tf.models import round_up
+from paragan_tf.models import blocks
 from paragan_tf.models import layers
 from paragan_tf.models import recompute as recompute_lib
 
@@ -193,11 +194,11 @@ class Generator(_Staged, keras.Model):
         self.block_shapes = tuple((cin, cout, BOTTOM_WIDTH * 2 ** (i + 1))
                                   for i, (cin, cout) in enumerate(zip(in_widths, out_widths)))
         for i, (cin, cout) in enumerate(zip(in_widths, out_widths)):
-            self.blocks.append(layers.GBlock(
+            self.blocks.append(blocks.GBlock(
                 cin, cout, upsample=True, conditioning=conditioning,
                 num_classes=num_classes, sync_bn=sync_bn, bn_momentum=bn_momentum,
                 numerics=numerics, name=f"block{i}"))
-            self.attention.append(layers.maybe_attention(
+            self.attention.append(blocks.maybe_attention(
                 BOTTOM_WIDTH * 2 ** (i + 1), attention_resolutions, f"attention{i}", numerics))
         self.out_bn = layers.ConditionalBatchNorm("none", sync=sync_bn, momentum=bn_momentum,
                                                   numerics=numerics, name="out_bn")
@@ -285,12 +286,12 @@ class Discriminator(_Staged, keras.Model):
         in_channels, size = None, resolution
         for i, (cout, downsample) in enumerate(zip(widths, down)):
             shapes.append((in_channels or 3, cout, size // 2 if downsample else size))
-            self.blocks.append(layers.DBlock(
+            self.blocks.append(blocks.DBlock(
                 # The image (in_channels None) never matches a block width: shortcut conv.
                 in_channels or 0, cout, downsample=downsample,
                 preactivation=i > 0, numerics=numerics, name=f"block{i}"))
             size = size // 2 if downsample else size
-            self.attention.append(layers.maybe_attention(size, attention_resolutions,
+            self.attention.append(blocks.maybe_attention(size, attention_resolutions,
                                                          f"attention{i}", numerics))
             in_channels = cout
         self.block_shapes = tuple(shapes)
