@@ -15,7 +15,7 @@ import tempfile
 
 # Before TensorFlow loads, for this process and every binary the tests start:
 # - layouts come from the rules (the tests' configs pin fp32 and XLA off), never from a
-#   measurement or a developer's cache: one test file (layout/test_tuning.py) tunes;
+#   measurement or a developer's cache: one test file (measure/test_tuning.py) tunes;
 # - oneDNN on for x86 CPUs unless the caller set it: TensorFlow leaves it off on CPUs
 #   without AVX-512 VNNI/BF16 or AMX, where our convolutions then run 2-3x slower
 #   (docs/benchmarks.md, the layout suite); where TensorFlow turns it on, this is a no-op.
@@ -48,7 +48,7 @@ _FILE_SECONDS = {
     "train/test_step.py": 515, "e2e/test_scale_out.py": 300, "e2e/test_learning_gate.py": 260,
     "e2e/test_binaries.py": 220, "eval/test_inception.py": 190, "e2e/test_readme.py": 160,
     "e2e/test_crash_resume.py": 160, "benchmarks/test_time_to_quality.py": 145,
-    "eval/test_evaluator.py": 120, "layout/test_tuning.py": 120, "scale/test_plan.py": 100,
+    "eval/test_evaluator.py": 120, "measure/test_tuning.py": 120, "scale/test_plan.py": 100,
     "train/test_sweep.py": 90, "train/test_sync_trainer.py": 80, "families/test_biggan_networks.py": 75,
     "train/test_model_dir.py": 70, "benchmarks/test_step.py": 65,
     "train/test_async_trainer.py": 60, "data/test_pipeline.py": 60,

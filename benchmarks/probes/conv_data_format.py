@@ -10,21 +10,9 @@ input, a 4 x 4 x 256 x 256 kernel, VALID); the median of 20 calls after 2, in mi
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import tensorflow as tf
 
-
-def _median_ms(fn, calls: int = 20) -> float:
-    fn()
-    fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return round(1e3 * statistics.median(times), 2)
+from conv_kernels_vs_torch import median_ms  # beside this file (a script's first path)
 
 
 def conv_ms(dtype: tf.DType, data_format: str) -> float:
@@ -41,7 +29,7 @@ def conv_ms(dtype: tf.DType, data_format: str) -> float:
         gx, gk = tape.gradient(loss, [x, k])
         return loss + tf.reduce_sum(tf.cast(gx, tf.float32)) + tf.reduce_sum(
             tf.cast(gk, tf.float32))
-    return _median_ms(lambda: run().numpy())
+    return median_ms(lambda: run().numpy())
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ import statistics
 import time
 
 
-def _median_ms(fn, calls: int = 20) -> float:
+def median_ms(fn, calls: int = 20) -> float:
     fn()
     fn()
     times = []
@@ -46,7 +46,7 @@ def tensorflow_times() -> dict:
                 gx, gk = tape.gradient(loss, [x, k])
                 return loss + tf.reduce_sum(tf.cast(gx, tf.float32)) + tf.reduce_sum(
                     tf.cast(gk, tf.float32))
-            return _median_ms(lambda: run().numpy())
+            return median_ms(lambda: run().numpy())
         out[name] = dict(
             up3=probe(tf.random.normal([16, 4, 4, 512]), tf.random.normal([4, 4, 128, 512]),
                       lambda x, k: tf.nn.conv2d_transpose(x, k, [16, 8, 8, 128], 2, "SAME")),
@@ -66,7 +66,7 @@ def torch_times() -> dict:
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bfloat16"):
                     y = module(x)
                 y.float().sum().backward()
-            return _median_ms(run)
+            return median_ms(run)
         out[name] = dict(
             up3=probe(torch.nn.ConvTranspose2d(512, 128, 4, 2, 1, bias=False),
                       torch.randn(16, 512, 4, 4, requires_grad=True)),

@@ -87,40 +87,40 @@ TABLE: Dict[str, Constant] = {
         "s/iteration; the paper states neither); again with .venv/bin/python -m pytest -s "
         "tests/scale/test_plan.py -k calibration_points"),
     "step_model_gpu_bf16_compute": Constant(
-        0.229,
+        0.214,
         "fraction of a GPU's bfloat16 tensor-core peak the matrix ops of a BigGAN step reach "
         "in the step model (scale/step_model.py), with the bandwidth fraction held at 0.8: "
         "used for every GPU at mixed_bfloat16 and mixed_float16. Range over refits on the "
-        "repeated timings 0.2292-0.2292 (the 128 px step has one timing)",
+        "repeated timings 0.2143-0.2143 (the 128 px step has one timing)",
         H200_STEPS + ": 128 px, 256 x 8, 1 D step, 5.21 s (reference_step_h200_reported.json)"
         " and 32 px CIFAR, 50 x 1, 4 D steps, 0.1794 s (reference_steps_h200_cifar10.json), "
         "both bfloat16 autocast",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_bf16_op_seconds": Constant(
-        3.88e-5,
+        3.94e-5,
         "seconds the host takes to issue one op of our traced graph (the train step's own "
         "micro-updates, measure/traced.py) on a GPU at bfloat16 "
         "(the step model's op_seconds, overlapped with the device's work): the CIFAR step "
-        "is bound by it. Range over refits on the repeated timings 3.74e-5-3.98e-5",
+        "is bound by it. Range over refits on the repeated timings 3.79e-5-4.04e-5",
         H200_STEPS + ": the two bfloat16 steps of step_model_gpu_bf16_compute",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_tf32_compute": Constant(
-        0.280,
+        0.272,
         "fraction of a GPU's TF32 tensor-core peak the matrix ops of a float32 BigGAN step "
         "reach in the step model, with the bandwidth fraction held at 0.8: used for every GPU "
-        "with TF32 at float32. Range over refits on the repeated timings 0.2795-0.2798",
+        "with TF32 at float32. Range over refits on the repeated timings 0.2720-0.2722",
         H200_STEPS + ": 128 px float32 with TF32 convolutions, 256 x 2 and 32 x 1, 2 D steps, "
         "2.7203 and 0.2167 s (reference_steps_h200_imagenet128_float32.json)",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_tf32_op_seconds": Constant(
-        3.67e-5,
+        3.70e-5,
         "seconds the host takes to issue one op of our traced graph on a GPU at float32 "
-        "(TF32): fitted apart from bfloat16's, and within 6 % of it. Range over refits on "
-        "the repeated timings 3.66e-5-3.68e-5",
+        "(TF32): fitted apart from bfloat16's, and within 7 % of it. Range over refits on "
+        "the repeated timings 3.69e-5-3.71e-5",
         H200_STEPS + ": the two float32 steps of step_model_gpu_tf32_compute",
         "2026-12-07 (fitted)", FIT_COMMAND),
     "step_model_gpu_band_low": Constant(
-        0.982,
+        0.976,
         "the lowest modelled over measured seconds of the catalogue's GPU step model on the "
         "five measured H200 steps (four fitted, the 32 px float32 one held out): printed "
         "with every GPU plan as the model's error band",

@@ -3,7 +3,7 @@ and waiting on any process of a test without a fixed deadline.
 
 Launch is used by tests/e2e/test_scale_out.py and tests/train/test_async_trainer.py; the
 waits (run_binary, run_while_progressing, wait_while_progressing) also by tests that start
-binaries (tests/train/test_model_dir.py, layout/test_tuning.py, data/test_prepare.py,
+binaries (tests/train/test_model_dir.py, measure/test_tuning.py, data/test_prepare.py,
 eval/test_evaluator.py, benchmarks/test_step.py, tests/e2e/test_binaries.py and
 e2e/test_crash_resume.py) and by tests/helpers/ps_cluster.py.
 
