@@ -32,11 +32,12 @@ def test_r1_grows_the_plan_by_its_pass_through_d():
     assert r1["g_update"] == plain["g_update"]
     assert r1["d_update"] > plain["d_update"]
     # Its FLOPs: D again on the reals and fakes, the input gradient and D's gradient through
-    # it (a second-order pass): between 2 and 6 of D's forward passes on both halves.
+    # it (a second-order pass): more than 2 of D's forward passes on both halves and under 8
+    # (5.9 on gin/tiny.gin).
     b = graphs_lib.PROBE_BATCH
     extra = (r1_cost.totals(b, 1, 1)["flops"] - plain_cost.totals(b, 1, 1)["flops"])
     d_both = flops_lib.forward(exp.generator, exp.discriminator, b).d_both
-    assert 2 * d_both < extra < 6 * d_both, extra / d_both
+    assert 2 * d_both < extra < 8 * d_both, extra / d_both
     # Spaced out (a tf.cond in the step), it is traced where due: the same plan.
     assert lazy == r1
     assert lazy_cost.totals(b, 1, 1)["flops"] == r1_cost.totals(b, 1, 1)["flops"]
