@@ -2,7 +2,7 @@
 train/step.py's GANStep computes one micro-batch of D's update (G makes the fakes; D judges
 them beside the reals, through the run's augmentation, with D's penalties; D's gradients)
 and one of G's (G, then D on its images; G's gradients through D's input gradient), and
-these are its own `_d_micro` and `_g_micro`, not a copy. G's ops carry one device label and
+these are its own `d_micro` and `g_micro`, not a copy. G's ops carry one device label and
 D's another (scale/graphs.py: the step's mode gives the scopes, here labels that only name
 the ops). The memory plan replays the graphs (scale/memory.py); the roofline costs their
 ops (scale/roofline.py).
@@ -53,11 +53,11 @@ def update_graphs(step: step_lib.GANStep, recompute: bool = False) -> graphs_lib
     labelled.mode = _Labels()
 
     def d_update(real, noise):
-        loss, grads, _, _ = labelled._d_micro(real, noise)  # pylint: disable=protected-access
+        loss, grads, _, _ = labelled.d_micro(real, noise)
         return loss, grads
 
     def g_update(noise, real=None):
-        loss, grads, _ = labelled._g_micro(noise, real)  # pylint: disable=protected-access
+        loss, grads, _ = labelled.g_micro(noise, real)
         return loss, grads
 
     saved = generator.recompute, discriminator.recompute

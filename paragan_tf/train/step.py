@@ -118,7 +118,9 @@ class GANStep:
             with tf.GradientTape() as tape:
                 return self.objective.generate(self.generator, real, noise), tape
 
-    def _d_micro(self, real: Batch, noise: Batch, fakes=None):
+    def d_micro(self, real: Batch, noise: Batch, fakes=None):
+        """One micro-batch of D's update: (loss, gradients, per-example real and fake
+        logits). The plans trace this very method, and g_micro (measure/traced.py)."""
         if fakes is None:  # else made earlier by some G (the sample buffer, a G to reuse)
             fakes, _ = self._generate(real, noise, taped=False)
         with self.mode.on_d():
@@ -135,7 +137,7 @@ class GANStep:
         return (loss, grads, self.objective.per_example(real_logits),
                 self.objective.per_example(fake_logits))
 
-    def _g_micro(self, noise: Batch, real: Optional[Batch] = None, made=None):
+    def g_micro(self, noise: Batch, real: Optional[Batch] = None, made=None):
         """real: the real batch for objectives that read it in G's update (pix2pix's
         inputs and targets, a relativistic loss's partners). made: (G's images, the tape
         of their forward pass) of D's update, to reuse; None: G makes them now.
@@ -195,7 +197,7 @@ class GANStep:
         grads, loss_sum, real_sum, fake_sum, sign_sum = None, 0.0, 0.0, 0.0, 0.0
         fakes = fakes or [None] * len(real)
         for real_batch, noise_batch, fake in zip(real, noise, fakes):
-            loss, g, real_logits, fake_logits = self._d_micro(real_batch, noise_batch, fake)
+            loss, g, real_logits, fake_logits = self.d_micro(real_batch, noise_batch, fake)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
             real_sum += tf.reduce_sum(real_logits)
             fake_sum += tf.reduce_sum(fake_logits)
@@ -213,7 +215,7 @@ class GANStep:
         grads, loss_sum = None, 0.0
         for noise_batch, real_batch, made_batch in zip(noise, real or [None] * len(noise),
                                                        made or [None] * len(noise)):
-            loss, g, fakes = self._g_micro(noise_batch, real_batch, made_batch)
+            loss, g, fakes = self.g_micro(noise_batch, real_batch, made_batch)
             grads, loss_sum = self._add(grads, g), loss_sum + loss
             if fakes_out is not None:
                 fakes_out.append(fakes)

@@ -30,7 +30,7 @@ def _batches(exp):
 
 
 def test_swapped_logits_change_the_d_loss_the_step_computes(tiny_gin):
-    """The objective's D loss is what the step adds up (train/step.py _d_micro)."""
+    """The objective's D loss is what the step adds up (train/step.py d_micro)."""
     exp = _tiny(tiny_gin)
     _, noise = _batches(exp)
     logits = (tf.constant([2.0, -1.0]), tf.constant([-3.0, 0.5]))

@@ -559,7 +559,7 @@ def test_float16_gradients_and_r1_match_float32_on_the_same_weights(tiny_gin, po
     def flat(grads):
         return np.concatenate([tf.reshape(g, [-1]).numpy() for g in grads])
 
-    def penalty(exp, gan_step):  # as _d_micro takes it: scaled, then unscaled
+    def penalty(exp, gan_step):  # as d_micro takes it: scaled, then unscaled
         variables = exp.discriminator.trainable_variables
         with tf.GradientTape() as tape:
             value = tf.reduce_mean(gan_step.objective.d_terms.gradient_penalties(images, labels))
