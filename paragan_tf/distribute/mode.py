@@ -193,7 +193,8 @@ class Mode:
     def plan(self, model, memory, count: int, examples: int,
              budget_bytes: int) -> ModePlan:
         """This mode on `count` devices of `budget_bytes`, `examples` per device
-        (`model`: scale/plan.py's Model; `memory`: its per-replica plan, scale/memory.py's Plan, read through its own methods: distribute/ sits below scale/)."""
+        (`model`: scale/plan.py's Model; `memory`: its per-replica plan, scale/memory.py's
+        Plan, read through its own methods: distribute/ sits below scale/)."""
         fitted = memory.fit(examples, budget_bytes)
         if fitted is None:
             return ModePlan(self.name, self.setting, replicas=count)
