@@ -91,7 +91,8 @@ class DBlock(keras.layers.Layer):
     """Discriminator residual block: (ReLU)-conv3x3-ReLU-conv3x3-(avgpool), plus a shortcut."""
 
     def __init__(self, in_channels: int, out_channels: int, downsample: bool = True,
-                 preactivation: bool = True, numerics: layers.Numerics = layers.REFERENCE, **kwargs):
+                 preactivation: bool = True, numerics: layers.Numerics = layers.REFERENCE,
+                 **kwargs):
         super().__init__(**kwargs)
         self.downsample = downsample
         self.preactivation = preactivation
