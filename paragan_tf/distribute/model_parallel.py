@@ -289,7 +289,7 @@ class Spread(Mode):
                 micro, recompute) for side, plan in parts.items()}
         replicas = count // per_replica
         fitted = fewest(model.effective_batch // replicas,
-                                   lambda *at: max(side_bytes(*at).values()) <= budget_bytes)
+                        lambda *at: max(side_bytes(*at).values()) <= budget_bytes)
         if fitted is None:
             return ModePlan(self.name, self.setting, replicas=replicas)
         accumulation, micro, recompute = fitted

@@ -48,11 +48,8 @@ def memory_of(exp: experiment_lib.Experiment,
               graphs: Optional[graphs_lib.UpdateGraphs] = None) -> memory_lib.Plan:
     """The per-replica memory plan of the built run (scale/memory.py; traces, runs nothing;
     `graphs`: its updates already traced without recompute, update_graphs)."""
-    return memory_lib.plan(exp.generator, exp.discriminator, exp.generator_ema,
-                           exp.g_optimizer, exp.d_optimizer, side_of=exp.mode.side_of,
-                           graphs=graphs or update_graphs(exp),
-                           graphs_recompute=update_graphs(exp, recompute=True),
-                           accumulation=exp.settings.train.accumulation)
+    return traced.memory_plan(step_lib.for_experiment(exp), exp.generator_ema,
+                              exp.mode.side_of, exp.settings.train.accumulation, graphs)
 
 
 def memory_plan(exp: experiment_lib.Experiment, memory_gib: Optional[float] = None,

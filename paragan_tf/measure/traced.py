@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Optional
 
 import tensorflow as tf
 
@@ -81,13 +82,13 @@ def update_graphs(step: step_lib.GANStep, recompute: bool = False) -> graphs_lib
             terms.penalties = spaced
 
 
-def memory_plan(step: step_lib.GANStep, generator_ema, side_of,
-                accumulation: int = 1) -> memory_lib.Plan:
+def memory_plan(step: step_lib.GANStep, generator_ema, side_of, accumulation: int = 1,
+                graphs: Optional[graphs_lib.UpdateGraphs] = None) -> memory_lib.Plan:
     """The per-replica memory plan (scale/memory.py) of `step`'s models and optimizers
-    with `generator_ema`, its updates traced with the blocks kept and rematerialised;
-    `side_of`: the parallel mode's (distribute/mode.py)."""
+    with `generator_ema`, its updates traced with the blocks kept (`graphs`, where already
+    traced) and rematerialised; `side_of`: the parallel mode's (distribute/mode.py)."""
     return memory_lib.plan(step.generator, step.discriminator, generator_ema,
                            step.g_optimizer, step.d_optimizer, side_of=side_of,
-                           graphs=update_graphs(step),
+                           graphs=graphs or update_graphs(step),
                            graphs_recompute=update_graphs(step, recompute=True),
                            accumulation=accumulation)

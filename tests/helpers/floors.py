@@ -95,7 +95,7 @@ def room_of(module: str, root: str = REPO) -> str:
     return parts[0] + ".py"
 
 
-def _imported(node, root: str):
+def _imported(node):
     """The paragan_tf modules an import statement names (`from paragan_tf import x`: x)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
@@ -117,7 +117,7 @@ def arrows(root: str = REPO) -> Dict[Tuple[str, str], List[str]]:
         with open(path) as f:
             tree = ast.parse(f.read())
         for node in ast.walk(tree):
-            for name in _imported(node, root):
+            for name in _imported(node):
                 if name.startswith("paragan_tf.") and room_of(name, root) != source:
                     found[(source, room_of(name, root))].append(f"{rel}: {name}")
     return dict(found)
