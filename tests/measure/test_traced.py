@@ -37,6 +37,8 @@ def test_r1_grows_the_plan_by_its_pass_through_d():
     b = graphs_lib.PROBE_BATCH
     extra = (r1_cost.totals(b, 1, 1)["flops"] - plain_cost.totals(b, 1, 1)["flops"])
     d_both = flops_lib.forward(exp.generator, exp.discriminator, b).d_both
+    print(f"live bytes at batch 8: plain {plain}, with R1 {r1}; R1's extra FLOPs "
+          f"{extra / d_both:.2f} of D's forward on both halves")
     assert 2 * d_both < extra < 8 * d_both, extra / d_both
     # Spaced out (a tf.cond in the step), it is traced where due: the same plan.
     assert lazy == r1
