@@ -33,6 +33,7 @@ from paragan_tf.errors import ConfigError
 from paragan_tf.families import contract
 from paragan_tf.models import round_up
 from paragan_tf.models import layers
+from paragan_tf.models import thin_convs
 
 # Stride 1 with one pixel of zeros on each side: the PatchGAN's last two convolutions. Padded
 # by an op of its own, then a VALID convolution: oneDNN serves no gradient of a convolution
@@ -56,8 +57,8 @@ class Conv4x4(layers.SpectralNormalized):
         x = tf.cast(x, self.op_dtype)
         if self.strides == 1:
             x = tf.pad(x, _PAD_ONE)
-        y = tf.nn.conv2d(x, self._normalized(self.kernel, training), self.strides,
-                         "SAME" if self.strides == 2 else "VALID")
+        y = thin_convs.conv2d(x, self._normalized(self.kernel, training), self.strides,
+                              "SAME" if self.strides == 2 else "VALID")
         return y if self.bias is None else y + tf.cast(self.bias, y.dtype)
 
 
@@ -92,7 +93,7 @@ class UpConv4x4(layers.SpectralNormalized):
             kernel = tf.transpose(kernel, [0, 1, 3, 2])
         shape = tf.shape(x)
         out_shape = tf.stack([shape[0], 2 * shape[1], 2 * shape[2], self.filters])
-        y = tf.nn.conv2d_transpose(x, kernel, out_shape, 2, "SAME")
+        y = thin_convs.conv2d_transpose(x, kernel, out_shape, 2)
         y = tf.ensure_shape(y, [x.shape[0], _twice(x.shape[1]), _twice(x.shape[2]),
                                 self.filters])
         return y if self.bias is None else y + tf.cast(self.bias, y.dtype)
