@@ -300,7 +300,13 @@ class ConditionalBatchNorm(keras.layers.Layer):
             self.moving_variance.assign(m * self.moving_variance + (1.0 - m) * moved)
         return y
 
-    def call(self, x, condition=None, training=False):
+    def call(self, x, condition=None, training=False, groups: int = 1):
+        """groups > 1 (training): x holds that many batches, each normalised by its own
+        statistics, the moving ones moved by each in turn: as that many calls, in order."""
+        if groups > 1 and training:
+            parts = [tf.split(t, groups) if t is not None else [None] * groups
+                     for t in (x, condition)]
+            return tf.concat([self.call(part, cond, training) for part, cond in zip(*parts)], 0)
         out_dtype = self.op_dtype
         if self._fusable():
             return self._fused(x, bool(training))

@@ -72,6 +72,23 @@ def test_dropout_is_noise_in_training_only():
     assert np.abs(g(x, training=True).numpy() - g(x, training=True).numpy()).max() > 1e-4
 
 
+def test_discriminator_judges_groups_as_separate_calls_unless_spectrally_normed():
+    images = tf.random.stateless_uniform([4, 32, 32, 1], [1, 2], -1, 1)
+    inputs = tf.random.stateless_uniform([4, 32, 32, 1], [3, 4], -1, 1)
+    grouped, apart = pix2pix.PatchDiscriminator(ch=2), pix2pix.PatchDiscriminator(ch=2)
+    for d in (grouped, apart):
+        d((images, inputs))
+    apart.set_weights(grouped.get_weights())
+    assert grouped.judges_groups
+    both = grouped((images, inputs), training=True, groups=2)
+    calls = [apart((images[i:i + 2], inputs[i:i + 2]), training=True) for i in (0, 2)]
+    np.testing.assert_allclose(both, tf.concat(calls, 0), atol=1e-5)
+    normed = pix2pix.PatchDiscriminator(ch=2, spectral_norm=True)
+    assert not normed.judges_groups  # its power iteration would step once for both
+    with pytest.raises(ValueError, match="spectral norm"):
+        normed((images, inputs), training=True, groups=2)
+
+
 def test_bad_settings_are_refused_by_name():
     with pytest.raises(ConfigError, match="resolution=48"):
         pix2pix.Pix2PixGenerator(resolution=48)

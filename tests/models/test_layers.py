@@ -70,3 +70,27 @@ def test_sync_bn_over_two_replicas_equals_global_batch_statistics():
     unsynced = np.concatenate(strategy.experimental_local_results(
         strategy.run(lambda h: local(h, training=True), args=(halves,))))
     assert not np.allclose(unsynced, expected, atol=1e-3)  # the test can tell them apart
+
+
+@pytest.mark.parametrize("conditioning", ["none", "class"])  # the fused op, and not
+def test_bn_in_groups_equals_one_call_per_group_in_order(conditioning):
+    x = tf.random.stateless_normal([6, 3, 3, 4], [1, 2]) * 3.0 + 1.0
+    labels = tf.constant([0, 1, 1, 0, 1, 0])
+    joint, apart = (layers.ConditionalBatchNorm(conditioning, num_classes=2, momentum=0.5)
+                    for _ in range(2))
+    condition = labels if conditioning == "class" else None
+    joint(x, condition)  # built
+    apart(x, condition)
+    apart.set_weights(joint.get_weights())  # the class path's tables start random
+    grouped = joint(x, condition, training=True, groups=2)
+    halves = [apart(x[i:i + 3], None if condition is None else condition[i:i + 3],
+                    training=True) for i in (0, 3)]
+    np.testing.assert_allclose(grouped, tf.concat(halves, 0), atol=1e-5)
+    for mine, theirs in ((joint.moving_mean, apart.moving_mean),
+                         (joint.moving_variance, apart.moving_variance)):
+        np.testing.assert_allclose(mine, theirs, atol=1e-6)
+    # A joint call mixes the groups' statistics: the check above can tell.
+    mixed = layers.ConditionalBatchNorm(conditioning, num_classes=2, momentum=0.5)
+    mixed(x, condition)
+    mixed.set_weights(apart.get_weights())
+    assert not np.allclose(mixed(x, condition, training=True), grouped, atol=1e-3)

@@ -230,13 +230,25 @@ class PatchDiscriminator(contract.NoBlocks, keras.Model):
         spec = tf.TensorSpec([batch, size, size, channels], tf.float32)
         return (spec, spec)
 
-    def call(self, inputs, training=False):
+    @property
+    def judges_groups(self) -> bool:
+        """Whether `call(..., groups=n)` equals n calls: batch norm keeps each group's
+        statistics apart, but spectral norm's power iteration would step once, not n times."""
+        return not self.convs[0].spectral_norm
+
+    def call(self, inputs, training=False, groups: int = 1):
+        """groups > 1: the batch is that many batches judged as that many calls in order
+        (batch norm's statistics each its own; only where `judges_groups`), each
+        convolution run once over all of them."""
+        if groups > 1 and training and not self.judges_groups:
+            raise ValueError("PatchDiscriminator: groups with spectral norm would step its "
+                             "power iteration once for all of them")
         images, condition = inputs
         h = tf.concat([tf.cast(condition, images.dtype), images], -1)
         for conv, norm in zip(self.convs, self.norms):
             h = conv(h, training=training)
             if norm is not None:
-                h = norm(h, training=training)
+                h = norm(h, training=training, groups=groups)
             h = tf.nn.leaky_relu(h, 0.2)
         return self.out_conv(h, training=training)
 
