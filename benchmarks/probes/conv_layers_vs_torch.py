@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import sys
 import time
@@ -69,6 +70,7 @@ def median_ms(fn, calls: int) -> float:
 def tensorflow_times(point: str, calls: int) -> dict:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     sys.path.insert(0, REPO)
+    from benchmarks import machine  # pylint: disable=import-outside-toplevel
     from paragan_tf.models import thin_convs  # pylint: disable=import-outside-toplevel
     resolution, batch, width = map(int, point.split(":"))
     empty = tf.function(lambda: tf.constant(0.0))
@@ -119,7 +121,7 @@ def tensorflow_times(point: str, calls: int) -> dict:
             rows[name] = row
         out[dtype.name] = rows
     return dict(framework="tensorflow " + tf.__version__, point=point,
-                call_overhead_ms=round(overhead, 3), times=out)
+                machine=machine.describe(), call_overhead_ms=round(overhead, 3), times=out)
 
 
 def torch_times(point: str, calls: int) -> dict:
@@ -151,7 +153,17 @@ def torch_times(point: str, calls: int) -> dict:
                 rows[name] = {kernel: round(median_ms(op, calls), 3)
                               for kernel, op in ops.items()}
         out[str(dtype).replace("torch.", "")] = rows
-    return dict(framework="torch " + torch.__version__, point=point, times=out)
+    return dict(framework="torch " + torch.__version__, point=point, machine=_cpu(),
+                threads=torch.get_num_threads(), times=out)
+
+
+def _cpu() -> dict:
+    """The machine, for the side without TensorFlow (benchmarks/machine.py imports it)."""
+    with open("/proc/cpuinfo") as f:
+        model = next((line.split(":", 1)[1].strip() for line in f
+                      if line.startswith("model name")), platform.processor())
+    return dict(cpu=model, cores=len(os.sched_getaffinity(0)), platform=platform.platform(),
+                date=time.strftime("%Y-%m-%d %H:%M:%S %Z"))
 
 
 def compare(ours: dict, reference: dict) -> None:

@@ -1,4 +1,5 @@
-"""The networks' building blocks (layers, recompute), shared by every GAN family."""
+"""The networks' building blocks (layers, blocks, thin_convs, recompute), shared by every GAN
+family."""
 
 import math
 

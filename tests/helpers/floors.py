@@ -30,8 +30,9 @@ FLOORS: List[List[Tuple[str, str]]] = [
      ("precision.py", "the policies; float16 loss scaling, the one place"),
      ("tfgan_compat.py", "tensorflow-gan's losses and metrics without its __init__"),
      ("teardown.py", "tf.data iterators parked, never destroyed; the one exit")],
-    [("models/", "layers (SN conv/dense, class-conditional BN, fused where it is plain) · "
-                 "blocks (BigGAN's attention and residual blocks) · "
+    [("models/", "layers (SN conv/dense, class-conditional BN, fused where it is plain, "
+                 "in groups) · blocks (BigGAN's attention and residual blocks) · "
+                 "thin_convs (kernel gradients as matmuls where few output positions) · "
                  "recompute · count_trainable · round_up (every family's widths)")],
     [("data/", "config · datasets (the registry) · decoding (encoded images -> examples; "
                "corrupt files) · pipeline · tuning (the input tuner) · records, prepare, "
