@@ -3,7 +3,7 @@
 A convolution's kernel gradient is (the input's patches)^T @ (the output's gradient): a
 matmul whose inner dimension is the number of output positions, batch x height x width.
 Where that is small (a U-Net's innermost levels: 1 to 16 px sides at batch 1 to 16),
-TensorFlow's kernel for it (oneDNN's Conv2DBackpropFilter on x86, NHWC) took 2 to 10 times
+TensorFlow's kernel for it (oneDNN's Conv2DBackpropFilter on x86, NHWC) took 1.3 to 13 times
 what the patches and the matmul take in bfloat16 on a Zen 4 (docs/benchmarks.md, "The
 kernel gradient as a matmul"); above `FEW_POSITIONS` the kernel is as fast or faster, and
 the convolution is TensorFlow's own, gradient and all. Forward and input gradient are
@@ -18,7 +18,8 @@ from typing import Sequence
 import tensorflow as tf
 
 # Output positions (batch x height x width) up to which the kernel gradient is a matmul:
-# measured faster at 256 (batch 16 at 4 x 4, batch 1 at 16 x 16), even at 1,024.
+# faster at 256 and below (batch 16 at 4 x 4, batch 1 at 16 x 16), about even near 1,000,
+# slower above (the patches copy the input 4 to 16 times; the step at 2,048: 1.24x).
 FEW_POSITIONS = 512
 
 
@@ -53,11 +54,11 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor, stride: int, padding: str) -> t
     """tf.nn.conv2d (NHWC, square stride), its kernel gradient a matmul where the output
     has few positions."""
     batch, height, width, _ = inputs.shape
-    size = kernel.shape[0]
     if padding == "SAME":
         sides = [None if n is None else -(-n // stride) for n in (height, width)]
     else:
-        sides = [None if n is None else (n - size) // stride + 1 for n in (height, width)]
+        sides = [None if n is None else (n - size) // stride + 1
+                 for n, size in zip((height, width), kernel.shape[:2])]
     if not few_positions([batch, *sides]):
         return tf.nn.conv2d(inputs, kernel, stride, padding)
     strides = [1, stride, stride, 1]

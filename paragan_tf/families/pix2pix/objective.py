@@ -1,12 +1,13 @@
 """pix2pix's objective: what one train step computes from a batch of pairs.
 
 A real batch is pairs, [b, r, r, 2c] input first (data/paired.py); G(inputs) makes the
-outputs; D((images, inputs)) gives patch logits, on the outputs and on the targets as
-separate calls of the reference's (with batch norm in D a plain joint call would mix their
-statistics): one call in groups, each batch its own statistics, where D allows it; the losses are families/pix2pix/losses.py's. The noise batches are not read:
-dropout is pix2pix's noise. As the reference's iteration, G runs once per micro-batch: its
-outputs are judged in D's update and then differentiated in G's (`reuses_fakes`), so both
-see one dropout mask and batch norm's moving statistics move once.
+outputs; D((images, inputs)) gives patch logits, on the outputs and on the targets as the
+reference's separate calls do: one call in groups where D allows it, batch norm's
+statistics each batch's own (a plain joint call would mix them); the losses are
+families/pix2pix/losses.py's. The noise batches are not read: dropout is pix2pix's noise.
+As the reference's iteration, G runs once per micro-batch: its outputs are judged in D's
+update and then differentiated in G's (`reuses_fakes`), so both see one dropout mask and
+batch norm's moving statistics move once.
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ class ImageToImage(contract.Objective):
             # One call on both batches, batch norm's statistics each its own: the two calls'
             # values with each convolution run once (docs/benchmarks.md, "D judges both
             # batches in one call").
-            both = discriminator((tf.concat([fakes, targets], 0), tf.concat([inputs, inputs], 0)),
-                                 training=True, groups=2)
+            both = discriminator(
+                (tf.concat([fakes, targets], 0), tf.concat([inputs, inputs], 0)),
+                training=True, groups=2)
             fake_logits, real_logits = tf.split(both, 2)
         else:
             fake_logits = discriminator((fakes, inputs), training=True)
