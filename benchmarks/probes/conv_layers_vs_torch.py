@@ -16,7 +16,7 @@ TensorFlow: the ops our layers run (families/pix2pix/networks.py: NHWC, stride 2
 PatchGAN's stride-1 ones VALID on an input padded by one; the U-Net's up-sampling a
 transposed convolution), each in a tf.function of its own; PyTorch: the reference's
 modules' ops (NCHW, padding 1) through `torch.ops.aten.convolution` and
-`convolution_backward` with one output asked for. The median of --calls calls after 3, in
+`convolution_backward` with one output asked for. The median of --calls calls after 2, in
 milliseconds, with the machine's cores as threads; TensorFlow's empty function call is
 timed too and taken off its times. Each framework runs in its own environment (torch is
 never a dependency of ours).
@@ -28,9 +28,10 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
+
+from conv_kernels_vs_torch import median_ms  # beside this file (a script's first path)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -54,17 +55,6 @@ def layers(side: int = 64, width: int = 32) -> list:
     found.append(("D/conv3", side, inner, 8 * width, 1, False))
     found.append(("D/out_conv", side - 1, 8 * width, 1, 1, False))
     return found
-
-
-def median_ms(fn, calls: int) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def tensorflow_times(point: str, calls: int) -> dict:
