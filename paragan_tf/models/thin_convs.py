@@ -3,7 +3,7 @@
 A convolution's kernel gradient is (the input's patches)^T @ (the output's gradient): a
 matmul whose inner dimension is the number of output positions, batch x height x width.
 Where that is small (a U-Net's innermost levels: 1 to 16 px sides at batch 1 to 16),
-TensorFlow's kernel for it (oneDNN's Conv2DBackpropFilter on x86, NHWC) took 1.3 to 13 times
+TensorFlow's kernel for it (oneDNN's Conv2DBackpropFilter on x86, NHWC) took 1.3 to 11 times
 what the patches and the matmul take in bfloat16 on a Zen 4 (docs/benchmarks.md, "The
 kernel gradient as a matmul"); above `FEW_POSITIONS` the kernel is as fast or faster, and
 the convolution is TensorFlow's own, gradient and all. Forward and input gradient are
