@@ -75,15 +75,20 @@ def conv2d(inputs: tf.Tensor, kernel: tf.Tensor, stride: int, padding: str) -> t
     return thin(inputs, tf.convert_to_tensor(kernel))
 
 
-def conv2d_transpose(inputs: tf.Tensor, kernel: tf.Tensor, output_shape, stride: int
-                     ) -> tf.Tensor:
-    """tf.nn.conv2d_transpose (NHWC, SAME; kernel [kh, kw, out, in]) to `output_shape` (a
-    tensor where the batch is not static), its kernel gradient a matmul where the input has
-    few positions (the adjoint convolution's output)."""
-    if not few_positions(inputs.shape):
-        return tf.nn.conv2d_transpose(inputs, kernel, output_shape, stride, "SAME")
+def conv2d_transpose(inputs: tf.Tensor, kernel: tf.Tensor, stride: int) -> tf.Tensor:
+    """tf.nn.conv2d_transpose (NHWC, SAME; kernel [kh, kw, out, in]) to `stride` times the
+    input's sides, its kernel gradient a matmul where the input has few positions (the
+    adjoint convolution's output)."""
     batch, height, width, _ = inputs.shape
-    output_shape = [batch, stride * height, stride * width, kernel.shape[2]]
+    filters = kernel.shape[2]
+    if not few_positions(inputs.shape):  # the batch or a side may be known only at run time
+        shape = tf.shape(inputs)
+        output = tf.nn.conv2d_transpose(
+            inputs, kernel, tf.stack([shape[0], stride * shape[1], stride * shape[2], filters]),
+            stride, "SAME")
+        return tf.ensure_shape(output, [batch, None if height is None else stride * height,
+                                        None if width is None else stride * width, filters])
+    output_shape = [batch, stride * height, stride * width, filters]
 
     @tf.custom_gradient
     def thin(inputs, kernel):

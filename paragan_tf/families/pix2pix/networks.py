@@ -91,16 +91,8 @@ class UpConv4x4(layers.SpectralNormalized):
         kernel = self._normalized(self.kernel, training)
         if self.spectral_norm:
             kernel = tf.transpose(kernel, [0, 1, 3, 2])
-        shape = tf.shape(x)
-        out_shape = tf.stack([shape[0], 2 * shape[1], 2 * shape[2], self.filters])
-        y = thin_convs.conv2d_transpose(x, kernel, out_shape, 2)
-        y = tf.ensure_shape(y, [x.shape[0], _twice(x.shape[1]), _twice(x.shape[2]),
-                                self.filters])
+        y = thin_convs.conv2d_transpose(x, kernel, 2)
         return y if self.bias is None else y + tf.cast(self.bias, y.dtype)
-
-
-def _twice(side):
-    return None if side is None else 2 * side
 
 
 def _numerics(init: str, bn_epsilon: float) -> layers.Numerics:

@@ -55,7 +55,7 @@ class ImageToImage(contract.Objective):
         del noise
         inputs, targets = paired.split_pair(real[0])
         fakes = tf.cast(fakes, targets.dtype)
-        if getattr(discriminator, "judges_groups", False):
+        if discriminator.judges_groups:
             # One call on both batches, batch norm's statistics each its own: the two calls'
             # values with each convolution run once (docs/benchmarks.md, "D judges both
             # batches in one call").
